@@ -97,9 +97,19 @@ def test_trained_tiny_model_evaluates_offline(tmp_path, tiny_base, real_rows, sh
     assert summary["head_type"] == head and summary["tau"] == pytest.approx(0.1)
     assert np.isfinite(frame["score_chosen_minus_rejected"]).all()
     assert frame["correct"].tolist() == (frame["score_chosen_minus_rejected"] > 0).tolist()
-    assert (
-        summary["sections"]["chat_hard"]["score"] is not None and summary["sections"]["chat"]["score"] is None
+    # The section table of the real file: LLMBar -> Chat Hard, XSTest -> Safety; Chat and Reasoning have no
+    # subset here and are reported as missing (null, never 0); overall is the mean of the two present.
+    sections = summary["sections"]
+    assert sections["chat_hard"]["n"] == 419 and sections["safety"]["n"] == 244
+    assert sections["chat_hard"]["missing_subsets"] == ["mt-bench-hard"]
+    for missing in ("chat", "reasoning"):
+        assert sections[missing]["score"] is None and sections[missing]["missing_subsets"]
+    assert summary["missing_sections"] == ["chat", "reasoning"]
+    assert summary["overall_sections"] == ["chat_hard", "safety"]
+    assert summary["overall"] == pytest.approx(
+        (sections["chat_hard"]["score"] + sections["safety"]["score"]) / 2
     )
+    assert summary["data"]["rows_skipped"] == 0 and summary["pairs_per_second"] > 0
     assert 0 <= summary["calibration"]["ece"] <= 0.5
     if head == "bgpm":
         assert (frame["variance"] > 0).all()

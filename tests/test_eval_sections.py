@@ -73,6 +73,8 @@ def test_real_subsets_sections_match_hand_computation(real_rows, xstest):
     assert sections["chat_hard"]["score"] == pytest.approx(chat_hard, abs=1e-12)
     assert sections["safety"]["score"] == pytest.approx(safety, abs=1e-12)
     assert summary["overall"] == pytest.approx((chat_hard + safety) / 2, abs=1e-12)
+    assert summary["overall_sections"] == ["chat_hard", "safety"]
+    assert summary["missing_sections"] == ["chat", "reasoning"]
     assert summary["overall_leaderboard_v1"] is None  # no prior sets in this file
     assert summary["cyclic"] == {"subsets": {}, "accuracy": None, "n": 0, "missing_subsets": []}
 

@@ -142,3 +142,87 @@ def test_given_benchmarks_replace_the_default():
     ecfg = resolve_eval_config({"eval": {"benchmarks": {"rb": "allenai/reward-bench"}}})
     assert ecfg["benchmarks"] == {"rb": "allenai/reward-bench"}
     assert resolve_eval_config({})["benchmarks"] == {"synthetic": "synthetic"}
+
+
+# ------------------------------------------------------------------------------ file benchmarks: bad rows
+def _write_file_benchmark(path):
+    """Six lines: four good pairs, an empty chosen (line 3) and a line that is not JSON (line 5)."""
+    good = [{"id": f"g{i}", "prompt": f"q{i}", "chosen": "long answer " * 3, "rejected": "short",
+             "subset": "llmbar-natural"} for i in range(4)]  # fmt: skip
+    lines = [json.dumps(good[0]), json.dumps(good[1])]
+    lines.append(
+        json.dumps({"id": "bad-empty", "prompt": "q", "chosen": " ", "rejected": "r", "subset": "x"})
+    )
+    lines.append(json.dumps(good[2]))
+    lines.append('{"id": "bad-json", "prompt": ')
+    lines.append(json.dumps(good[3]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _file_cfg(path, bad_rows):
+    return {
+        "seed": 0,
+        "data": {"sections": SECTIONS, "cyclic_subsets": ["cyclic-rps"], "bad_rows": bad_rows},
+        "eval": {"benchmarks": {"synthetic": "synthetic", "mine": str(path)}, "mc_samples": 0},
+    }
+
+
+def test_file_benchmark_bad_row_is_an_error_naming_file_and_row(tmp_path, data_dir):
+    bench = _write_file_benchmark(tmp_path / "bench.jsonl")
+    with pytest.raises(BenchmarkDataError) as err:
+        load_benchmark("mine", str(bench), data_dir, bad_rows="error")
+    message = str(err.value)
+    assert "eval.benchmarks.mine" in message and str(bench) in message
+    assert "row 3 (id 'bad-empty'): empty_field" in message
+
+    # Through the stage: the first bad row stops the run before anything is scored or written.
+    cfg = _file_cfg(bench, "error")
+    cfg["eval"]["benchmarks"] = {"mine": str(bench)}  # the synthetic rows have a bad row of their own
+    out = tmp_path / "eval"
+    with pytest.raises(BenchmarkDataError, match=r"bench\.jsonl: row 3"):
+        evaluate_model(LengthRuleScorer(), cfg, data_dir, out)
+    assert not out.exists()
+
+
+def test_file_benchmark_bad_rows_dropped_are_counted_in_the_summary(tmp_path, data_dir):
+    bench = _write_file_benchmark(tmp_path / "bench.jsonl")
+    out = tmp_path / "eval"
+    evaluate_model(LengthRuleScorer(), _file_cfg(bench, "drop"), data_dir, out)
+    summary = json.loads((out / "summary.json").read_text())
+    mine = summary["benchmarks"]["mine"]
+    assert mine["n_pairs"] == 4
+    data = mine["data"]
+    assert (data["rows_in"], data["rows_kept"], data["rows_skipped"]) == (6, 4, 2)
+    assert data["dropped"] == {"empty_field": 1, "invalid_json": 1}
+    assert json.loads((out / "mine" / "summary.json").read_text())["data"] == data
+    # The synthetic benchmark's own skip (one empty chosen) is counted the same way.
+    assert summary["benchmarks"]["synthetic"]["data"]["rows_skipped"] == 1
+
+
+def test_missing_benchmark_file_names_the_config_key_and_path(tmp_path):
+    source = "../no-such-dir/rewardbench_real_subsets.jsonl"
+    with pytest.raises(BenchmarkDataError) as err:
+        load_benchmark("rewardbench_real", source, tmp_path)
+    message = str(err.value)
+    assert message.startswith("eval.benchmarks.rewardbench_real: benchmark file")
+    assert source in message and "does not exist" in message
+
+
+def test_flat_or_unknown_eval_settings_are_rejected():
+    """The stage reads cfg["eval"]; settings passed flat used to be ignored silently (defaults used)."""
+    with pytest.raises(ConfigError, match="under 'eval'"):
+        resolve_eval_config({"benchmarks": {"rb": "x.jsonl"}, "data": {}})
+    with pytest.raises(ConfigError, match=r"eval: unknown keys \['batchsize'\]"):
+        resolve_eval_config({"eval": {"batchsize": 4}})
+
+
+def test_synthetic_stays_primary_whatever_the_order(tmp_path, data_dir):
+    bench = _write_file_benchmark(tmp_path / "bench.jsonl")
+    cfg = _file_cfg(bench, "drop")
+    cfg["eval"]["benchmarks"] = {
+        "mine": str(bench),
+        "synthetic": "synthetic",
+    }  # sorted JSON puts "mine" first
+    top = evaluate_model(LengthRuleScorer(), cfg, data_dir, tmp_path / "eval")
+    assert top["primary_benchmark"] == "synthetic" and top["n_pairs"] == 24

@@ -5,8 +5,10 @@
 
 Each benchmark in `eval.benchmarks` (name -> `synthetic`, a local file or a hub id) writes
 <out>/<name>/per_example.parquet and <out>/<name>/summary.json. <out>/summary.json holds every benchmark under
-`benchmarks` plus a copy of the first (primary) one's keys at the top level (`subsets`, `sections`, `overall`,
-`calibration`, ...); <out>/per_example.parquet holds all benchmarks' rows with a `benchmark` column.
+`benchmarks` plus a copy of the primary one's keys at the top level (`subsets`, `sections`, `overall`,
+`calibration`, ...); the primary is `synthetic` when configured, else the first benchmark (the workflow passes
+the config as JSON with sorted keys, so an order written in YAML does not survive). <out>/per_example.parquet
+holds all benchmarks' rows with a `benchmark` column. The eval settings are read from `cfg["eval"]`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from prefpipe.common.io import atomic_write_json
 from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.evaluation.bench_data import load_benchmark
+from prefpipe.evaluation.bench_data import SYNTHETIC, load_benchmark
 from prefpipe.evaluation.benchmark import evaluate_rows, write_parquet_atomic
 from prefpipe.evaluation.calibration import DEFAULT_COVERAGES
 from prefpipe.evaluation.scorer import PairScorer
@@ -48,6 +50,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 def resolve_eval_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """`eval` section over its defaults, validated; errors name the key."""
+    stray = sorted(set(cfg) & set(EVAL_DEFAULTS))
+    if stray:  # a flat config would otherwise be ignored silently and every default used
+        raise ConfigError(
+            f"eval settings {stray} are at the top level of the stage config; put them under 'eval'"
+        )
+    unknown = sorted(set(cfg.get("eval") or {}) - set(EVAL_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"eval: unknown keys {unknown}; known: {sorted(EVAL_DEFAULTS)}")
     ecfg = deep_merge(EVAL_DEFAULTS, dict(cfg.get("eval") or {}))
     if "benchmarks" in (cfg.get("eval") or {}):  # a given mapping replaces the default one, never merges
         ecfg["benchmarks"] = cfg["eval"]["benchmarks"]
@@ -166,7 +176,7 @@ def evaluate_model(
         )
 
     write_parquet_atomic(pd.concat(frames, ignore_index=True), out_dir / "per_example.parquet")
-    primary = next(iter(per_benchmark))
+    primary = SYNTHETIC if SYNTHETIC in per_benchmark else next(iter(per_benchmark))
     top = {
         **per_benchmark[primary],
         "primary_benchmark": primary,

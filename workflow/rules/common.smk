@@ -77,12 +77,38 @@ def grpo_config(run, threads):
     return stage_json({"run": run, **grpo_settings(run)}, threads)
 
 
-def eval_config(threads):
-    """The eval stage also needs the subset -> section mapping of the data it scores."""
+def eval_settings():
+    """The eval stage reads `eval` and, for the data it scores, data.sections / cyclic_subsets / bad_rows."""
     data = {
         key: config["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")
     }
-    return stage_json({**config["eval"], "data": data}, threads)
+    return {"eval": config["eval"], "data": data}
+
+
+def eval_config(threads):
+    return stage_json(eval_settings(), threads)
+
+
+def eval_provenance():
+    """Eval settings as a param Snakemake records (a changed eval.benchmarks then reruns the evaluation).
+
+    `cfg` takes `threads`, and Snakemake does not record params derived from threads/input/output.
+    """
+    return json.dumps(eval_settings(), sort_keys=True)
+
+
+def benchmark_files():
+    """Local benchmark files that exist, as inputs of eval_rewardbench (editing one reruns it).
+
+    A configured file that is missing is not an input, so a dry run works on a machine without it; the
+    eval job then fails with an error naming eval.benchmarks.<name> and the path.
+    """
+    files = []
+    for source in config["eval"]["benchmarks"].values():
+        local = os.path.splitext(source)[1].lower() in (".jsonl", ".json", ".parquet")
+        if local and os.path.isfile(source):
+            files.append(source)
+    return files
 
 
 def grpo_reward_input(run):

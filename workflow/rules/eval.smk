@@ -2,6 +2,7 @@ rule eval_rewardbench:
     input:
         model=rules.train_reward_model.output.model,
         pairs_test=rules.prep_data.output.pairs_test,
+        benchmarks=lambda wildcards: benchmark_files(),
     output:
         per_example=f"{RESULTS}/eval/{{variant}}/per_example.parquet",
         summary=report(
@@ -24,6 +25,7 @@ rule eval_rewardbench:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: eval_config(threads),
+        provenance=lambda wildcards: eval_provenance(),
         data=lambda wildcards, input: os.path.dirname(input.pairs_test),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:

@@ -285,14 +285,15 @@ def load_external_pairs(external_cfg: dict, bad_rows: str, seed: int) -> tuple[l
 
 
 def load_benchmark_rows(
-    path_or_id: str, split: str = "filtered", *, cache_dir: str | None = None
+    path_or_id: str, split: str = "filtered", *, cache_dir: str | None = None, bad_rows: str = "drop"
 ) -> tuple[list[dict], dict]:
     """RewardBench-format rows (subsets kept) from a local .jsonl/.json/.parquet, a dataset folder or a hub id.
 
-    Bad rows are dropped with a logged count (see the report's "dropped"); `split` applies to datasets only.
+    Bad rows are dropped with a logged count (see the report's "dropped"), or with bad_rows="error" stop the
+    read with a ValueError naming the file and row, as for training data; `split` applies to datasets only.
     """
     source = FILE_SUFFIXES.get(Path(path_or_id).suffix.lower(), "hf")
-    rows, report = read_pairs(source, path_or_id, split, "auto", "drop", "default", cache_dir=cache_dir)
+    rows, report = read_pairs(source, path_or_id, split, "auto", bad_rows, "default", cache_dir=cache_dir)
     report["duplicate_ids"] = make_ids_unique(rows)
     report["source"] = source
     return rows, report

@@ -129,6 +129,8 @@ def summarize_scores(subsets: Sequence[str], correct: Sequence[bool], table: Sec
     stats = subset_stats(subsets, correct)
     sections, unassigned = section_scores(stats, table)
     overall, overall_stderr = overall_score(sections)
+    # Sections in play with no subset present: null scores, listed so a partial overall is visible.
+    missing_sections = [k for k, v in sections.items() if v["score"] is None]
     return {
         "subsets": {
             s: {**v, "section": table.section_of(s), "weight": table.weight(s, v["n"])}
@@ -139,6 +141,8 @@ def summarize_scores(subsets: Sequence[str], correct: Sequence[bool], table: Sec
         "overall": overall,
         "overall_stderr": overall_stderr,
         "overall_definition": OVERALL_DEFINITION,
+        "overall_sections": [k for k, v in sections.items() if k != PRIOR_SECTION and v["score"] is not None],
+        "missing_sections": missing_sections,
         "overall_leaderboard_v1": leaderboard_v1_score(sections),
         "overall_leaderboard_v1_definition": LEADERBOARD_V1_DEFINITION,
         "cyclic": cyclic_summary(stats, table),
