@@ -25,6 +25,7 @@ rule build_base:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: stage_config("base", threads),
+        provenance=lambda wildcards: stage_config("base", None),
         data=lambda wildcards, input: os.path.dirname(input.demonstrations),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:

@@ -22,7 +22,9 @@ RESULTS = "results"
 def stage_json(settings, threads):
     """The JSON a stage module receives (`--config`): its settings plus the run-wide ones.
 
-    torch_threads is the rule's `threads`, so parallel jobs never oversubscribe the cores.
+    torch_threads is the rule's `threads`, so parallel jobs never oversubscribe the cores. Every rule also
+    has a `provenance` param, this JSON with threads=None: Snakemake does not record params computed from
+    threads/input/output, so without it a changed config value would never rerun the stage.
     """
     cfg = {
         "experiment": config["experiment"],
@@ -87,14 +89,6 @@ def eval_settings():
 
 def eval_config(threads):
     return stage_json(eval_settings(), threads)
-
-
-def eval_provenance():
-    """Eval settings as a param Snakemake records (a changed eval.benchmarks then reruns the evaluation).
-
-    `cfg` takes `threads`, and Snakemake does not record params derived from threads/input/output.
-    """
-    return json.dumps(eval_settings(), sort_keys=True)
 
 
 def benchmark_files():

@@ -23,6 +23,7 @@ rule prep_data:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: stage_config("data", threads),
+        provenance=lambda wildcards: stage_config("data", None),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
         "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.prep_data"

@@ -25,7 +25,7 @@ rule eval_rewardbench:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: eval_config(threads),
-        provenance=lambda wildcards: eval_provenance(),
+        provenance=lambda wildcards: eval_config(None),
         data=lambda wildcards, input: os.path.dirname(input.pairs_test),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:

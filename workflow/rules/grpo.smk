@@ -31,6 +31,7 @@ rule train_grpo:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: grpo_config(wildcards.run, threads),
+        provenance=lambda wildcards: grpo_config(wildcards.run, None),
         data=lambda wildcards, input: os.path.dirname(input.rl_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
@@ -67,6 +68,7 @@ rule eval_policy:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: grpo_config(wildcards.run, threads),
+        provenance=lambda wildcards: grpo_config(wildcards.run, None),
         data=lambda wildcards, input: os.path.dirname(input.rl_heldout),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),

@@ -28,6 +28,7 @@ rule report:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: stage_config("report", threads),
+        provenance=lambda wildcards: stage_config("report", None),
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.data)),
         out=lambda wildcards, output: os.path.dirname(output.html),
     shell:

@@ -31,6 +31,7 @@ rule train_reward_model:
     params:
         src=SRC,
         cfg=lambda wildcards, threads: reward_config(wildcards.variant, threads),
+        provenance=lambda wildcards: reward_config(wildcards.variant, None),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         launch=lambda wildcards, resources: launcher(resources.gpu),
