@@ -35,16 +35,20 @@ def _repo_copy(tmp_path: Path) -> Path:
     return dest
 
 
-def _dry_run(workdir: Path, *args: str) -> dict[str, dict[str, str]]:
-    """`snakemake -n` and the resources it prints for each rule: {rule: {resource: value}}."""
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", *args],
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
         cwd=workdir,
         capture_output=True,
         text=True,
         timeout=120,
         env={k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"},
     )
+
+
+def _dry_run(workdir: Path, *args: str) -> dict[str, dict[str, str]]:
+    """`snakemake -n` and the resources it prints for each rule: {rule: {resource: value}}."""
+    result = _snakemake(workdir, "-n", *args)
     assert result.returncode == 0, result.stdout + result.stderr
     jobs: dict[str, dict[str, str]] = {}
     rule = None
@@ -60,8 +64,10 @@ def _dry_run(workdir: Path, *args: str) -> dict[str, dict[str, str]]:
     return jobs
 
 
-def _gpu_rules() -> set[str]:
-    return set(yaml.safe_load(SLURM_PROFILE.read_text())["set-resources"])
+def _workflow_rules(workdir: Path) -> set[str]:
+    result = _snakemake(workdir, "--list-rules")
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
 
 
 def test_profile_name_resolves_from_the_repository_root():
@@ -79,20 +85,29 @@ def test_profile_name_resolves_from_the_repository_root():
     assert Path(found[1]).resolve() == SLURM_PROFILE.resolve()
 
 
-def test_site_settings_live_in_default_resources():
-    """Partition and account in one place; GPU placement written once (a YAML anchor) and reused."""
+def test_site_settings_live_in_the_profile_folder():
+    """Account in default-resources, partitions in partitions.yaml (read by the plugin itself); no per-rule
+    GPU placement in the profile, so an experiment config's GPU counts are never overridden."""
+    from snakemake_executor_plugin_slurm.partitions import read_partition_file
+
     profile = yaml.safe_load(SLURM_PROFILE.read_text())
     assert profile["executor"] == "slurm"
-    assert {"slurm_partition", "slurm_account"} <= set(profile["default-resources"])
-    placements = list(profile["set-resources"].values())
-    assert placements and all(p == {"slurm_partition": "gpu", "gpu": 1} for p in placements)
+    assert "slurm_account" in profile["default-resources"]
+    assert "slurm_partition" not in profile["default-resources"]  # a default would disable the choice
+    assert "set-resources" not in profile
+    partitions = {
+        p.name: p.limits
+        for p in read_partition_file(SLURM_PROFILE.parent / profile["slurm-partition-config"])
+    }
+    assert any(limits.max_gpu > 0 for limits in partitions.values()), partitions
+    assert any(limits.max_gpu == 0 for limits in partitions.values()), partitions
     assert profile["slurm-requeue"] is True
     assert profile["retries"] >= 1
     # Without accounting, sacct fails and the plugin would poll forever: the profile must poll with squeue.
     assert profile["slurm-status-command"] == "squeue"
 
 
-def test_slurm_profile_places_jobs_and_scales_with_the_attempt(tmp_path):
+def test_slurm_profile_takes_gpus_from_the_config_and_scales_with_the_attempt(tmp_path):
     workdir = _repo_copy(tmp_path)
     first = _dry_run(workdir, "--profile", "slurm")
     third = _dry_run(workdir, "--profile", "slurm", "--attempt", "3")
@@ -100,15 +115,69 @@ def test_slurm_profile_places_jobs_and_scales_with_the_attempt(tmp_path):
     assert workflow_rules, first
     for rule in workflow_rules:
         res = first[rule]
-        expected_partition = "gpu" if rule in _gpu_rules() else "cpu"
-        assert res["slurm_partition"] == expected_partition, (rule, res)
-        if rule in _gpu_rules():
-            assert res["gpu"] == "1", (rule, res)
-        else:
-            assert res.get("gpu", "0") == "0", (rule, res)
+        # The CPU-sized default asks for no GPU and pins no partition (the plugin picks one per job).
+        assert res.get("gpu", "0") == "0" and "slurm_partition" not in res, (rule, res)
         # A retry asks SLURM for proportionally more memory and time (the rules multiply by the attempt).
         assert int(third[rule]["mem_mb"]) == 3 * int(res["mem_mb"]), (rule, res, third[rule])
         assert int(third[rule]["runtime"]) == 3 * int(res["runtime"]), (rule, res, third[rule])
+
+
+def test_config_pins_a_partition_and_sets_gpu_counts(tmp_path):
+    workdir = _repo_copy(tmp_path)
+    extra = workdir / "pin.yaml"
+    extra.write_text(
+        "resources:\n  train_grpo: {gpu: 1, slurm_partition: big-gpu}\n  train_reward_model: {gpu: 2}\n"
+    )
+    jobs = _dry_run(workdir, "--profile", "slurm", "--configfile", "pin.yaml")
+    assert jobs["train_grpo"]["slurm_partition"] == "big-gpu" and jobs["train_grpo"]["gpu"] == "1"
+    assert jobs["train_reward_model"]["gpu"] == "2" and "slurm_partition" not in jobs["train_reward_model"]
+    assert "slurm_partition" not in jobs["prep_data"]
+
+
+def test_single_process_stage_refuses_several_gpus(tmp_path):
+    """train_grpo runs one process: several GPUs would sit idle, so even a dry run stops with the reason."""
+    workdir = _repo_copy(tmp_path)
+    result = _snakemake(workdir, "-n", "--profile", "slurm", "--set-resources", "train_grpo:gpu=2")
+    assert result.returncode != 0
+    assert "train_grpo asks for gpu=2" in result.stdout + result.stderr
+
+
+def _unknown_rule_names(workdir: Path, rules: set[str]) -> dict[str, list[str]]:
+    """Rule names used in profiles (set-resources, set-threads) and config/test configs (`resources:`, the
+    resources schema) that are not rules of the workflow: a renamed rule would silently lose its settings."""
+    found: dict[str, set[str]] = {}
+    for profile in sorted(workdir.glob("profiles/*/config.yaml")):
+        data = yaml.safe_load(profile.read_text()) or {}
+        for key in ("set-resources", "set-threads", "set-resource-scopes"):
+            found.setdefault(f"{profile.relative_to(workdir)}:{key}", set()).update(data.get(key) or {})
+    configs = [
+        workdir / "config" / "config.yaml",
+        *sorted((workdir / "config" / "experiments").glob("*.yaml")),
+    ]
+    configs += sorted((workdir / "tests" / "configs").glob("*.yaml"))
+    for config in configs:
+        data = yaml.safe_load(config.read_text()) or {}
+        found[f"{config.relative_to(workdir)}:resources"] = set(data.get("resources") or {}) - {"default"}
+    schema = yaml.safe_load((workdir / "workflow" / "schemas" / "resources.schema.yaml").read_text())
+    found["resources.schema.yaml"] = set(schema["properties"]) - {"default"}
+    return {where: sorted(names - rules) for where, names in found.items() if names - rules}
+
+
+def test_every_rule_named_in_profiles_and_configs_exists(tmp_path):
+    workdir = _repo_copy(tmp_path)
+    shutil.copytree(REPO / "tests" / "configs", workdir / "tests" / "configs")
+    rules = _workflow_rules(workdir)
+    assert {"prep_data", "train_reward_model", "train_grpo", "report"} <= rules, rules
+    assert _unknown_rule_names(workdir, rules) == {}
+    # Every rule can be given resources in the config (the schema lists each one).
+    schema = yaml.safe_load((workdir / "workflow" / "schemas" / "resources.schema.yaml").read_text())
+    assert rules - {"all"} <= set(schema["properties"]), sorted(rules - set(schema["properties"]))
+    # The check is live: a typo in a profile is reported.
+    local = workdir / "profiles" / "local" / "config.yaml"
+    local.write_text(local.read_text() + "set-resources:\n  train_reward: {gpu: 1}\n")
+    assert _unknown_rule_names(workdir, rules) == {
+        "profiles/local/config.yaml:set-resources": ["train_reward"]
+    }
 
 
 def test_local_profile_keeps_config_resources(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -81,4 +82,27 @@ def test_bad_config_names_the_key_and_writes_nothing(tmp_path, override, expecte
     output = result.stderr + result.stdout
     for fragment in expected:
         assert fragment in output, output
+    assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("only", "expected"),
+    [
+        (["gpm", "bgpm"], None),
+        (["gpm", "nope"], "reward.only names ['nope'], which are not in reward.variants"),
+        (["gpm"], "grpo.runs.bgpm_risk.reward_model = 'bgpm' is not a reward variant of this run"),
+    ],
+    ids=["narrowed", "unknown-name", "grpo-needs-a-dropped-variant"],
+)
+def test_reward_only_selects_variants(tmp_path, only, expected):
+    """An experiment cannot delete the default's variants by merging; reward.only selects, and names errors."""
+    workdir = _workflow_copy(tmp_path)
+    result = _dry_run(workdir, "--configfile", _write_override(workdir, {"reward": {"only": only}}))
+    output = result.stderr + result.stdout
+    if expected is None:
+        assert result.returncode == 0, output
+        trained = re.findall(r"results/reward/([\w.-]+)/summary\.json", result.stdout)
+        assert set(trained) == set(only), trained
+    else:
+        assert result.returncode != 0 and expected in output, output
     assert not (workdir / "results").exists()

@@ -7,7 +7,8 @@ The config is one resolved run config (`grpo.defaults` deep-merged with `grpo.ru
 passes it, with its name under `run`) or the whole `grpo` section (`defaults` + `runs`; the run is --run or
 the --out folder's name). Outputs: policy/ (safetensors), metrics.jsonl, samples.jsonl,
 summary.json, config.json, versions.json. SIGTERM writes <out>/checkpoint and exits 143; rerunning the same
-command resumes from it.
+command resumes from it. A checkpoint written with another config or other inputs is never resumed: the stage
+exits 2 naming the folder, before writing anything.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from prefpipe.common.config import ConfigError, load_config_arg
 from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.checkpoint import fingerprint
+from prefpipe.grpo.checkpoint import check_fingerprint, rows_digest, run_fingerprint
 from prefpipe.grpo.config import GRPOConfig, resolve_run_config
 from prefpipe.grpo.policy_eval import EvalConfig
 from prefpipe.grpo.policy_io import load_policy, save_policy
@@ -81,16 +82,12 @@ def run(args: argparse.Namespace) -> dict:
         reward_model = load_reward_model(args.reward_model, device=str(next(policy.parameters()).device))
     rewards = build_rewards(cfg.rewards, reward_model)
 
-    record = RunRecord(out, "train_grpo", {"run": run_name, **cfg_dict})
-    run_fp = fingerprint(
-        {
-            "config": cfg_dict,
-            "policy": str(args.policy),
-            "reward_model": args.reward_model,
-            "data": str(args.data),
-            "rows": len(rows),
-        }
+    run_fp = run_fingerprint(
+        cfg_dict,
+        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": rows_digest(rows)},
     )
+    check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
+    record = RunRecord(out, "train_grpo", {"run": run_name, **cfg_dict})
     trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp)
     log.info(
         "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
@@ -127,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as stop:
         log.warning("%s", stop)
         return 143
+    except ConfigError as err:
+        log.error("config error: %s", err)
+        return 2
     log.info("done: %d steps, %.2f s/step", summary["steps"], summary["seconds_per_step"] or 0.0)
     return 0
 

@@ -7,7 +7,9 @@ Reads <data>/pairs_train.jsonl and pairs_test.jsonl; writes <out>/model/ (see pr
 config.json, versions.json, metrics.jsonl and summary.json (train/test accuracy per subset as a sanity
 figure; the eval stage does the official scoring). Multi-GPU / DeepSpeed: run the same command under
 `accelerate launch --config_file <file> -m prefpipe.train_reward ...`. On SIGTERM a checkpoint is written
-to <out>/checkpoints and the stage exits 143; rerunning it resumes from there.
+to <out>/checkpoints and the stage exits 143; rerunning it resumes from there. A checkpoint written with
+another config or other inputs (base, training pairs) is never resumed: the stage exits 2 naming the folder,
+before writing anything.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
 from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
-from prefpipe.reward.pairs import read_pairs
+from prefpipe.reward.pairs import pairs_digest, read_pairs
 from prefpipe.reward.settings import RewardSettings, parse_settings
 from prefpipe.reward.trainer import RewardTrainer, TrainingInterrupted, make_accelerator
 
@@ -76,7 +78,9 @@ def run(config: dict, data_dir: Path, base: str, out_dir: Path) -> dict:
     test_pairs, skipped_test = read_pairs(data_dir / "pairs_test.jsonl")
     accelerator = make_accelerator(settings)  # before the backbone loads (DeepSpeed ZeRO-3 init)
     rm = build_reward_model(base, settings)
-    trainer = RewardTrainer(rm, settings, train_pairs, out_dir, accelerator=accelerator)
+    inputs = {"base": str(base), "pairs_train": pairs_digest(train_pairs)}
+    trainer = RewardTrainer(rm, settings, train_pairs, out_dir, accelerator=accelerator, inputs=inputs)
+    trainer.checkpoint_to_resume()  # a checkpoint of another run stops us here, before any output is touched
     is_main = accelerator[0].is_main_process
     record = (
         RunRecord(out_dir, "train_reward", {**config, "resolved": settings.to_dict()}) if is_main else None

@@ -19,15 +19,17 @@ rule build_base:
         "../../envs/prefpipe.yaml"
     threads: res("build_base", "threads")
     resources:
+        **placement("build_base"),
         mem_mb=lambda wildcards, attempt: res("build_base", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("build_base", "runtime") * attempt,
         gpu=res("build_base", "gpu"),
     params:
         src=SRC,
+        launch=lambda wildcards, resources: single_process("build_base", resources.gpu),
         cfg=lambda wildcards, threads: stage_config("base", threads),
         provenance=lambda wildcards: stage_config("base", None),
         data=lambda wildcards, input: os.path.dirname(input.demonstrations),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.build_base"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} {params.launch} prefpipe.build_base"
         " --config {params.cfg:q} --data {params.data:q} --out {params.out:q} > {log:q} 2>&1"

@@ -46,6 +46,17 @@ def res(rule_name, key):
     return table.get(rule_name, {}).get(key, table["default"][key])
 
 
+def placement(rule_name):
+    """`slurm_partition` when config `resources` pins one for this rule (or for every rule under `default`);
+    otherwise nothing, and the SLURM profile picks a partition that fits the job (profiles/slurm/partitions.yaml).
+    Unpacked into `resources:`, so an unpinned rule carries no partition at all."""
+    table = config["resources"]
+    partition = table.get(rule_name, {}).get("slurm_partition") or table["default"].get(
+        "slurm_partition"
+    )
+    return {"slurm_partition": partition} if partition else {}
+
+
 def all_targets():
     targets = [
         f"{RESULTS}/data/summary.json",
@@ -56,7 +67,19 @@ def all_targets():
 
 
 def reward_variants():
-    return list(config["reward"]["variants"])
+    """The variants this run trains: all of reward.variants, or the ones reward.only lists (an experiment's
+    --configfile is merged over the default, so it cannot delete the default's variants; it selects).
+    """
+    names = list(config["reward"]["variants"])
+    only = config["reward"].get("only")
+    if only is None:
+        return names
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(
+            f"reward.only names {unknown}, which are not in reward.variants ({names})"
+        )
+    return [name for name in names if name in only]
 
 
 def grpo_runs():
@@ -110,10 +133,10 @@ def grpo_reward_input(run):
     variant = grpo_settings(run).get("reward_model")
     if not variant:
         return {}
-    if variant not in config["reward"]["variants"]:
+    if variant not in reward_variants():
         raise ValueError(
-            f"grpo.runs.{run}.reward_model = {variant!r} is not a reward variant "
-            f"(reward.variants has {sorted(config['reward']['variants'])})"
+            f"grpo.runs.{run}.reward_model = {variant!r} is not a reward variant of this run "
+            f"(reward.variants, narrowed by reward.only: {reward_variants()})"
         )
     return {"reward_model": f"{RESULTS}/reward/{variant}/model"}
 
@@ -124,6 +147,17 @@ def reward_model_flag(input):
         if "reward_model" in input.keys()
         else ""
     )
+
+
+def single_process(rule_name, gpus):
+    """`python -m` for a stage that runs one process: asking it for several GPUs is an error (they would sit
+    idle), raised while Snakemake builds the job, so even a dry run shows it."""
+    if gpus and int(gpus) > 1:
+        raise ValueError(
+            f"{rule_name} asks for gpu={gpus}, but its stage runs one process on one GPU; "
+            "only train_reward_model spreads over several GPUs (accelerate launch)"
+        )
+    return "python -m"
 
 
 def launcher(gpus):

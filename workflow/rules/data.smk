@@ -18,6 +18,7 @@ rule prep_data:
         "../../envs/prefpipe.yaml"
     threads: res("prep_data", "threads")
     resources:
+        **placement("prep_data"),
         mem_mb=lambda wildcards, attempt: res("prep_data", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("prep_data", "runtime") * attempt,
     params:

@@ -19,6 +19,7 @@ rule eval_rewardbench:
         "../../envs/prefpipe.yaml"
     threads: res("eval_rewardbench", "threads")
     resources:
+        **placement("eval_rewardbench"),
         mem_mb=lambda wildcards, attempt: res("eval_rewardbench", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("eval_rewardbench", "runtime") * attempt,
         gpu=res("eval_rewardbench", "gpu"),

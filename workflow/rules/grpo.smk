@@ -25,18 +25,20 @@ rule train_grpo:
         "../../envs/prefpipe.yaml"
     threads: res("train_grpo", "threads")
     resources:
+        **placement("train_grpo"),
         mem_mb=lambda wildcards, attempt: res("train_grpo", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("train_grpo", "runtime") * attempt,
         gpu=res("train_grpo", "gpu"),
     params:
         src=SRC,
+        launch=lambda wildcards, resources: single_process("train_grpo", resources.gpu),
         cfg=lambda wildcards, threads: grpo_config(wildcards.run, threads),
         provenance=lambda wildcards: grpo_config(wildcards.run, None),
         data=lambda wildcards, input: os.path.dirname(input.rl_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.train_grpo"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} {params.launch} prefpipe.train_grpo"
         " --config {params.cfg:q} --data {params.data:q} --policy {input.policy:q} {params.reward_flag}"
         " --out {params.out:q} > {log:q} 2>&1"
 
@@ -62,6 +64,7 @@ rule eval_policy:
         "../../envs/prefpipe.yaml"
     threads: res("eval_policy", "threads")
     resources:
+        **placement("eval_policy"),
         mem_mb=lambda wildcards, attempt: res("eval_policy", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("eval_policy", "runtime") * attempt,
         gpu=res("eval_policy", "gpu"),

@@ -23,6 +23,7 @@ rule report:
         "../../envs/prefpipe.yaml"
     threads: res("report", "threads")
     resources:
+        **placement("report"),
         mem_mb=lambda wildcards, attempt: res("report", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("report", "runtime") * attempt,
     params:

@@ -24,6 +24,7 @@ rule train_reward_model:
         "../../envs/prefpipe.yaml"
     threads: res("train_reward_model", "threads")
     resources:
+        **placement("train_reward_model"),
         mem_mb=lambda wildcards, attempt: res("train_reward_model", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("train_reward_model", "runtime")
         * attempt,

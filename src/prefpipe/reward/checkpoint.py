@@ -3,6 +3,11 @@
 Written atomically: every process saves into a hidden temp folder, then the main process renames it to
 step-NNNNNNNN and updates latest.json, so a kill mid-save never leaves a checkpoint that looks complete.
 accelerate's save_state/load_state also cover DDP and DeepSpeed ZeRO shards.
+
+A checkpoint stores a fingerprint of the settings that shape the trajectory and of the inputs (base model,
+training pairs). A rerun whose fingerprint differs stops with CheckpointMismatch naming the folder instead of
+silently continuing someone else's run (SLURM requeues and Snakemake retries rerun the same command, so a
+mismatch always means the config or the data changed since the checkpoint was written).
 """
 
 from __future__ import annotations
@@ -14,20 +19,44 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_write_json, read_json
 
 LATEST = "latest.json"
 TRAINER_STATE = "trainer_state.json"
 
 
-def config_fingerprint(settings_dict: dict[str, Any]) -> str:
-    """Hash of the settings that change the training trajectory (not checkpoint/eval bookkeeping)."""
+class CheckpointMismatch(ConfigError):
+    """A checkpoint folder holds a run with another config or other inputs; resuming it would mix two runs."""
+
+
+def config_fingerprint(settings_dict: dict[str, Any], inputs: dict[str, Any] | None = None) -> str:
+    """Hash of the settings that change the training trajectory (not checkpoint/eval bookkeeping) and of the
+    run's inputs (e.g. base model and a digest of the training pairs)."""
     relevant = {k: v for k, v in settings_dict.items() if k not in ("eval", "wandb", "torch_threads")}
     train = dict(relevant.get("train", {}))
     for key in ("checkpoint_every", "keep_checkpoints", "resume"):
         train.pop(key, None)
     relevant["train"] = train
+    if inputs:
+        relevant["inputs"] = inputs
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_fingerprint(root: Path, fingerprint: str) -> Path | None:
+    """The newest complete checkpoint under root if it was written with this fingerprint, None if there is
+    none; CheckpointMismatch (naming the folder) if it belongs to a run with another config or inputs."""
+    latest = find_latest(root)
+    if latest is None:
+        return None
+    stored = read_json(latest / TRAINER_STATE).get("fingerprint")
+    if stored != fingerprint:
+        raise CheckpointMismatch(
+            f"checkpoint {latest} was written with a different config or inputs (config hash {stored} != "
+            f"{fingerprint} of this run); not resuming it. Delete {root} to start afresh, or set "
+            "train.resume: never"
+        )
+    return latest
 
 
 def save_checkpoint(accelerator: Any, root: Path, step: int, trainer_state: dict[str, Any]) -> Path:

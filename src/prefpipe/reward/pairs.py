@@ -7,6 +7,7 @@ they are skipped and counted by reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -68,3 +69,11 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
     if not pairs:
         raise ValueError(f"{path}: no usable preference pairs")
     return pairs, skipped
+
+
+def pairs_digest(pairs: list[Pair]) -> str:
+    """Content hash of the training pairs in order: a checkpoint is only resumed on the same data."""
+    h = hashlib.sha256()
+    for p in pairs:
+        h.update(json.dumps([p.id, p.prompt, p.chosen, p.rejected], ensure_ascii=False).encode())
+    return h.hexdigest()[:16]

@@ -130,6 +130,7 @@ class RewardTrainer:
         log_fn: Callable[..., None] | None = None,
         on_step_end: Callable[[int, dict[str, Any]], None] | None = None,
         accelerator: tuple[Accelerator, int] | None = None,
+        inputs: dict[str, Any] | None = None,
     ) -> None:
         self.rm = rm
         self._given_accelerator = accelerator  # from make_accelerator(); made in train() when None
@@ -139,6 +140,8 @@ class RewardTrainer:
         self.log_fn = log_fn
         self.on_step_end = on_step_end
         self.steps = total_steps(settings, len(pairs))
+        # Stored with every checkpoint; a rerun with another config or other inputs refuses to resume.
+        self.fingerprint = ckpt.config_fingerprint(settings.to_dict(), inputs)
         self._perms: dict[int, list[int]] = {}
         self._stop_requested = False
 
@@ -236,16 +239,18 @@ class RewardTrainer:
         )
         return row
 
-    def _resume(self, fingerprint: str) -> tuple[int, list[dict[str, Any]], int | None]:
-        latest = ckpt.find_latest(self.ckpt_root) if self.settings.train.resume == "auto" else None
+    def checkpoint_to_resume(self) -> Path | None:
+        """The checkpoint train() will resume from (None: start fresh). Raises CheckpointMismatch when the
+        folder holds a run with another config, so a stage can check before it writes any output."""
+        if self.settings.train.resume != "auto":
+            return None
+        return ckpt.check_fingerprint(self.ckpt_root, self.fingerprint)
+
+    def _resume(self) -> tuple[int, list[dict[str, Any]], int | None]:
+        latest = self.checkpoint_to_resume()
         if latest is None:
             return 0, [], None
         state = ckpt.load_checkpoint(self.acc, latest)
-        if state["fingerprint"] != fingerprint:
-            raise RuntimeError(
-                f"checkpoint {latest} was written with a different config; delete {self.ckpt_root} "
-                "or set train.resume: never"
-            )
         log.info("resumed from %s at step %d", latest, state["step"])
         if self.log_fn and self.acc.is_main_process:
             for row in state["history"]:
@@ -282,8 +287,8 @@ class RewardTrainer:
             num_training_steps=self.steps,
         )
         model, optimizer, scheduler = self.acc.prepare(self.rm, optimizer, scheduler)
-        fingerprint = ckpt.config_fingerprint(s.to_dict())
-        start, history, resumed_from = self._resume(fingerprint)
+        fingerprint = self.fingerprint
+        start, history, resumed_from = self._resume()
         previous = self._install_sigterm()
         try:
             for step in range(start, self.steps):
