@@ -1,6 +1,11 @@
 """Open the report in headless Chromium with the network blocked: it renders (non-blank screenshot) and the
 page requests nothing from any host (checked in Chromium's own net log, with a page that does make requests as
-a control so the check can fail)."""
+a control so the check can fail).
+
+The screenshot stays under pytest's tmp dir; with PREFPIPE_ARTIFACTS=1 it is also copied to
+results/test_artifacts/report_screenshot.png (PREFPIPE_ARTIFACTS=<folder>: into that folder), a stable path a
+closing note can cite. The path is printed either way (`pytest -s`) and recorded as the test property
+`screenshot`."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from PIL import Image
 
 from prefpipe.report.__main__ import run
 
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOT_NAME = "report_screenshot.png"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WINDOW = (1280, 3000)
 # Chromium's own background traffic (component updater, sign-in, network time) has this initiator; requests a
@@ -87,6 +94,20 @@ def open_page(browser: str, page: Path, work: Path) -> tuple[Path, list[dict]]:
     return shot, requests
 
 
+def keep_screenshot(shot: Path) -> Path:
+    """Where the screenshot can be found after the run: a copy under PREFPIPE_ARTIFACTS (atomically
+    replaced), else the file in pytest's tmp dir."""
+    target = os.environ.get("PREFPIPE_ARTIFACTS", "").strip()
+    if not target:
+        return shot
+    folder = REPO / "results" / "test_artifacts" if target.lower() in ("1", "true", "yes") else Path(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{SCREENSHOT_NAME}.{os.getpid()}.tmp"  # plain open(): the file gets the umask's mode
+    tmp.write_bytes(shot.read_bytes())
+    os.replace(tmp, folder / SCREENSHOT_NAME)
+    return folder / SCREENSHOT_NAME
+
+
 def page_requests(requests: list[dict]) -> list[str]:
     """URLs the page itself asked for (anything but Chromium's own background requests and local schemes)."""
     return [
@@ -106,8 +127,12 @@ def report(tmp_path_factory) -> Path:
     return base / "results" / "report" / "report.html"
 
 
-def test_report_renders_offline_without_requests(browser, report, tmp_path):
+def test_report_renders_offline_without_requests(browser, report, tmp_path, record_property):
     shot, requests = open_page(browser, report, tmp_path / "real")
+    kept = keep_screenshot(shot)
+    assert kept.read_bytes() == shot.read_bytes()
+    record_property("screenshot", str(kept))
+    print(f"\nreport screenshot: {kept} ({kept.stat().st_size} bytes)")
     assert page_requests(requests) == []
     # The same page without its Content-Security-Policy: proves the markup itself references nothing external
     # (with the CSP a stray external URL would be blocked before reaching the network log).

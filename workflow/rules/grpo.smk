@@ -10,7 +10,12 @@ rule train_grpo:
     output:
         policy=directory(f"{RESULTS}/grpo/{{run}}/policy"),
         metrics=f"{RESULTS}/grpo/{{run}}/metrics.jsonl",
-        samples=f"{RESULTS}/grpo/{{run}}/samples.jsonl",
+        samples=report(
+            f"{RESULTS}/grpo/{{run}}/samples.jsonl",
+            category="5. GRPO",
+            subcategory="{run}",
+            caption="../report/grpo_samples.rst",
+        ),
         summary=report(
             f"{RESULTS}/grpo/{{run}}/summary.json",
             category="5. GRPO",

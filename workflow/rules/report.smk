@@ -14,7 +14,18 @@ rule report:
             category="6. Comparison report",
             caption="../report/report.rst",
         ),
-        markdown=f"{RESULTS}/report/report.md",
+        markdown=report(
+            f"{RESULTS}/report/report.md",
+            category="6. Comparison report",
+            caption="../report/report_md.rst",
+        ),
+        figures=report(
+            directory(f"{RESULTS}/report/figures"),
+            patterns=["{figure}.png"],
+            category="6. Comparison report",
+            subcategory="Figures",
+            caption="../report/report_figures.rst",
+        ),
     log:
         f"{RESULTS}/report/report.log",
     benchmark:

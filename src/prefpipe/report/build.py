@@ -42,9 +42,13 @@ def overview(tree: ResultsTree, others: Sequence[ResultsTree], s: Settings) -> S
         f"Reward-model variants: {', '.join(tree.variants) or 'none recorded'}.",
         f"GRPO runs: {', '.join(tree.runs) or 'none recorded'}.",
     ]
+    bench, source = headline_benchmark(tree, s)
+    if bench is not None:
+        facts.append(f"Headline benchmark (ablation table and charts): {bench} ({source}).")
     if others:
         facts.append("Compared results trees: " + ", ".join(f"{t.name} ({t.root})" for t in others) + ".")
     blocks: list[Any] = [Paragraph(text) for text in facts]
+    blocks += _headline_notes(tree, s)
     blocks += _notes(tree, "tree")
     unreadable = [n for t in (tree, *others) for n in t.notes if n.kind == "unreadable"]
     if unreadable:
@@ -80,13 +84,51 @@ def rewardbench(tree: ResultsTree, s: Settings) -> Section:
 
 
 def primary_benchmark(tree: ResultsTree, s: Settings) -> str | None:
+    return headline_benchmark(tree, s)[0]
+
+
+def headline_benchmark(tree: ResultsTree, s: Settings) -> tuple[str | None, str]:
+    """The benchmark for the ablation and the comparison chart, and where that choice came from: the config
+    (`report.primary_benchmark`), else what the evaluation stage recorded as `primary_benchmark` in
+    eval/<variant>/summary.json, else synthetic/default/the first benchmark with scores."""
     names = tables.benchmarks(tree)
+    if not names:
+        return None, "no evaluation summaries"
     if s.primary_benchmark in names:
-        return s.primary_benchmark
+        return s.primary_benchmark, "report.primary_benchmark"
+    recorded = tree.recorded_primary
+    if recorded is not None:
+        who = sorted(v for v, b in tree.eval_primary.items() if b == recorded)
+        where = f"all {len(who)} variants" if len(who) == len(tree.eval_primary) else ", ".join(who)
+        return recorded, (
+            f"as recorded by the evaluation stage: primary_benchmark in eval/<variant>/summary.json of {where}"
+        )
     for preferred in ("synthetic", "default"):
         if preferred in names:
-            return preferred
-    return names[0] if names else None
+            return (
+                preferred,
+                f"no primary_benchmark recorded in eval/*/summary.json; the {preferred} benchmark",
+            )
+    return names[0], "no primary_benchmark recorded in eval/*/summary.json; the first benchmark with scores"
+
+
+def _headline_notes(tree: ResultsTree, s: Settings) -> list[Paragraph]:
+    """Say when the configured or recorded primary benchmark could not be used as given."""
+    out = []
+    names = tables.benchmarks(tree)
+    if s.primary_benchmark is not None and names and s.primary_benchmark not in names:
+        out.append(
+            Paragraph(
+                f"report.primary_benchmark = {s.primary_benchmark!r} has no scores in eval/*/summary.json "
+                f"(benchmarks with scores: {', '.join(names)}); using {primary_benchmark(tree, s)}.",
+                "warning",
+            )
+        )
+    named = {b for b in tree.eval_primary.values() if b in names}
+    if len(named) > 1:
+        per = "; ".join(f"{v}: {b}" for v, b in sorted(tree.eval_primary.items()))
+        out.append(Paragraph(f"Evaluation summaries name different primary benchmarks ({per}).", "warning"))
+    return out
 
 
 def ablation(tree: ResultsTree, s: Settings) -> Section:

@@ -141,6 +141,17 @@ def _benchmark_summaries(
     return found
 
 
+def _recorded_primary(summary: Any) -> str | None:
+    """The headline benchmark an eval summary names: `primary_benchmark` (the stage's aggregate summary), or
+    `benchmark` of a single-benchmark summary."""
+    if not isinstance(summary, dict):
+        return None
+    for key in ("primary_benchmark", "benchmark"):
+        if isinstance(summary.get(key), str) and summary[key]:
+            return summary[key]
+    return None
+
+
 def _collect_eval(reader: Reader, folder: Path) -> None:
     tree = reader.tree
     variants = subdirs(folder)
@@ -150,6 +161,9 @@ def _collect_eval(reader: Reader, folder: Path) -> None:
     for path in variants:
         stage = reader.stage(f"eval/{path.name}", path, "eval")
         benches = _benchmark_summaries(reader, path, stage.summary)
+        primary = _recorded_primary(stage.summary)
+        if primary is not None:
+            tree.eval_primary[path.name] = primary
         if stage.summary is not None and not benches:
             reader.note(
                 "eval", "missing", f"{reader.rel(path / 'summary.json')}: no `sections` for any benchmark"

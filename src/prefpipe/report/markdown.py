@@ -9,9 +9,33 @@ import re
 
 from prefpipe.report.document import Document, Figure, Heading, Paragraph, Preformatted, Table
 
+# CommonMark ends a line at \n, \r or \r\n: any of them inside a cell, heading or list item would end it early.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# Characters that would start markup (code, emphasis, raw HTML, strikethrough), always escaped; '_' only where it
+# can open or close emphasis (not inside words like kl_k3_mean); ']' only where it could close a link; '&' only
+# where it would start an entity.
+_MARKUP = re.compile(r"[\\`*<~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])|&(?=#?[A-Za-z0-9]+;)")
+_LINK_MARKUP = re.compile(_MARKUP.pattern + r"|[\[\]]")
 
-def _cell(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " / ")
+
+def _one_line(text: object) -> str:
+    """Text on one line (line breaks shown as ' / '), for places Markdown ends at a line break."""
+    return _LINE_BREAK.sub(" / ", str(text))
+
+
+def _inline(text: object, markup: re.Pattern[str] = _MARKUP) -> str:
+    """Plain text as one line of Markdown that renders as exactly that text (line breaks as ' / ')."""
+    return _one_line(markup.sub(lambda m: "\\" + m.group(0), str(text)))
+
+
+def _link_text(text: object) -> str:
+    """Text between [ and ] of a link or image: _inline with every bracket escaped."""
+    return _inline(text, _LINK_MARKUP)
+
+
+def _cell(text: object) -> str:
+    """Table-cell text: _inline plus the cell separator '|' escaped."""
+    return _inline(text).replace("|", "\\|")
 
 
 def _table(table: Table) -> str:
@@ -35,26 +59,26 @@ def _fence(text: str) -> str:
 
 def render_markdown(doc: Document, figure_dir: str | None = "figures") -> str:
     """Markdown text; with figure_dir=None the plots are omitted (their titles stay as a note)."""
-    parts = [f"# {doc.title}", "", doc.subtitle, ""]
-    parts += [f"{i}. [{s.title}](#{s.anchor})" for i, s in enumerate(doc.sections, start=1)]
+    parts = [f"# {_inline(doc.title)}", "", _inline(doc.subtitle), ""]
+    parts += [f"{i}. [{_link_text(s.title)}](#{s.anchor})" for i, s in enumerate(doc.sections, start=1)]
     for section in doc.sections:
-        parts += ["", f"## {section.title}", ""]
+        parts += ["", f"## {_inline(section.title)}", ""]
         for block in section.blocks:
             if isinstance(block, Paragraph):
                 prefix = {"note": "> ", "warning": "> **Warning:** "}.get(block.kind, "")
-                parts.append(prefix + block.text)
+                parts.append(prefix + _inline(block.text))
             elif isinstance(block, Heading):
-                parts.append(f"### {block.text}")
+                parts.append(f"### {_inline(block.text)}")
             elif isinstance(block, Table):
                 parts.append(_table(block))
             elif isinstance(block, Figure):
                 if figure_dir is None:
-                    parts.append(f"_Figure omitted: {block.title}._")
+                    parts.append(f"_Figure omitted: {_inline(block.title)}._")
                 else:
-                    parts.append(f"![{block.title}]({figure_dir}/{block.name}.png)")
-                    parts.append(f"_{block.title}. {block.caption}_")
+                    parts.append(f"![{_link_text(block.title)}]({figure_dir}/{block.name}.png)")
+                    parts.append(f"_{_inline(block.title)}. {_inline(block.caption)}_")
             elif isinstance(block, Preformatted):
                 fence = _fence(block.text)
-                parts += [f"**{block.title}**", "", fence + "text", block.text, fence]
+                parts += [f"**{_inline(block.title)}**", "", fence + "text", block.text, fence]
             parts.append("")
     return "\n".join(parts).rstrip() + "\n"

@@ -39,7 +39,7 @@ def grpo_runs_table(tree: ResultsTree) -> Table:
                 str(rm),
                 functions or NA,
                 num(cfg.get("beta")),
-                num(frame["step"].max()) if len(frame) and frame["step"].notna().any() else NA,
+                _steps(summary, frame),
                 num(step_time),
                 num(summary.get("wall_time_s")),
                 num(_last(frame, "reward_mean")),
@@ -62,6 +62,16 @@ def grpo_runs_table(tree: ResultsTree) -> Table:
         "Final length",
     ]
     return Table("GRPO runs", columns, rows)
+
+
+def _steps(summary: dict[str, Any], frame: pd.DataFrame) -> str:
+    """Optimizer steps run: the stage's own count, else the number of logged steps (GRPO logs from step 0, so
+    the last step index is one short)."""
+    steps = summary.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return str(steps)
+    logged = frame["step"].dropna().nunique() if "step" in frame else 0
+    return str(logged) if logged else NA
 
 
 def _last(frame: pd.DataFrame, metric: str) -> float | None:

@@ -65,7 +65,10 @@ def section_scores(tree: ResultsTree, benchmark: str, variant: str) -> dict[str,
 
 
 def benchmarks(tree: ResultsTree) -> list[str]:
-    return list(dict.fromkeys(tree.eval_overall["benchmark"])) if not tree.eval_overall.empty else []
+    """Benchmarks with scores, the one the evaluation stage recorded as primary first."""
+    names = list(dict.fromkeys(tree.eval_overall["benchmark"])) if not tree.eval_overall.empty else []
+    primary = tree.recorded_primary
+    return sorted(names, key=lambda name: name != primary)
 
 
 def rewardbench_table(tree: ResultsTree, with_paper: bool) -> Table:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,8 @@ class ResultsTree:
     calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
     reliability: pd.DataFrame = field(default_factory=pd.DataFrame)
     selective: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # variant -> the benchmark its eval summary.json names as primary (`primary_benchmark`, else `benchmark`)
+    eval_primary: dict[str, str] = field(default_factory=dict)
     grpo_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     grpo_summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     grpo_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -86,6 +89,14 @@ class ResultsTree:
             if "variant" in frame:
                 names.update(frame["variant"].unique())
         return order_variants(names)
+
+    @property
+    def recorded_primary(self) -> str | None:
+        """The primary benchmark the evaluation stage recorded: the one most variants name (ties: the first
+        variant's), among benchmarks that have scores; None when no summary names one."""
+        scored = set(self.eval_overall["benchmark"]) if "benchmark" in self.eval_overall else set()
+        named = [self.eval_primary[v] for v in self.variants if self.eval_primary.get(v) in scored]
+        return Counter(named).most_common(1)[0][0] if named else None
 
     @property
     def runs(self) -> list[str]:
