@@ -45,8 +45,10 @@ def _workflow(tmp_path: Path) -> Path:
     return wf
 
 
-def _snakemake(wf: Path, *args: str, experiment: bool = False) -> subprocess.CompletedProcess:
-    configs = [str(TINY), "fast.yaml"] + ([str(EXPERIMENT)] if experiment else [])
+def _snakemake(
+    wf: Path, *args: str, experiment: bool = False, extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    configs = [str(TINY), "fast.yaml"] + ([str(EXPERIMENT)] if experiment else []) + list(extra)
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -113,3 +115,14 @@ def test_experiment_adds_only_evaluation_and_needs_the_file_only_when_it_runs(tm
     }
     # Up to date afterwards, with and without the experiment's benchmark recorded as an input.
     assert _planned(_snakemake(wf, "-n", experiment=True)) == {}
+
+    # Every rule records its settings (the `provenance` param): editing one variant's head reruns that
+    # variant's training and evaluation only; editing the data section reruns everything downstream.
+    (wf / "tau.yaml").write_text(yaml.safe_dump({"reward": {"variants": {"bt": {"head": {"tau": 0.5}}}}}))
+    assert _planned(_snakemake(wf, "-n", experiment=True, extra=("tau.yaml",))) == {
+        "train_reward_model": 1,
+        "eval_rewardbench": 1,
+    }
+    (wf / "seed.yaml").write_text(yaml.safe_dump({"data": {"synthetic": {"demo_error_rate": 0.25}}}))
+    planned = _planned(_snakemake(wf, "-n", experiment=True, extra=("seed.yaml",)))
+    assert planned == {"prep_data": 1, "build_base": 1, "train_reward_model": 1, "eval_rewardbench": 1}
