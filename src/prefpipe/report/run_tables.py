@@ -144,7 +144,9 @@ def policy_table(tree: ResultsTree) -> Table:
         "Prompts",
     ]
     caption = (
-        "Held-out prompts. Interval: Wilson 95% as recorded by the policy evaluation. Win rate: share of prompts "
+        "Held-out prompts. Interval: Wilson 95% as recorded by the policy evaluation. Reward score: mean reward "
+        "of a scalar (BT) reward model; pairwise GPM heads have none, their comparison is Mean s(trained > base). "
+        "Win rate: share of prompts "
         "where the reward model scores the trained policy's completion above the base policy's. KL of the trained "
         "policy to the base (reference) policy on its own samples: per completion token (k3, k1) and per sequence."
     )
