@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from prefpipe.evaluation.calibration import (
+    FLIP_CRITERION,
     brier_score,
     calibration_report,
+    decision_z,
     effective_logit,
     expected_calibration_error,
     mc_expected_sigmoid,
@@ -110,9 +112,36 @@ def test_calibration_report_uses_variance_or_margin():
     point = calibration_report(logit, correct, coverages=[1.0, 0.5])
     assert point["selective_criterion"].endswith("|P - 0.5|")
     assert point["selective"][1] == {"coverage": 0.5, "n": 2, "accuracy": 1.0}  # keeps the two most confident
-    bayes = calibration_report(logit, correct, variance=np.array([0.1, 0.1, 5.0, 0.1]), coverages=[1.0, 0.75])
-    assert bayes["selective_criterion"].endswith("variance")
-    assert bayes["selective"][1]["accuracy"] == 1.0  # the high-variance error is dropped first
-    assert "selective_by_margin" in bayes
+    variance = np.array([0.1, 0.1, 5.0, 0.1])
+    bayes = calibration_report(logit, correct, variance=variance, coverages=[1.0, 0.75], score=logit)
+    assert bayes["selective_criterion"] == FLIP_CRITERION
+    assert bayes["selective"][1]["accuracy"] == 1.0  # the error, |m| / sd = 0.09, is dropped first
+    assert {"selective_by_margin", "selective_by_variance"} <= set(bayes)
+    with pytest.raises(ValueError, match="score means"):
+        calibration_report(logit, correct, variance=variance)
     assert point["n"] == 4 and point["accuracy"] == 0.75
     assert point["brier"] == pytest.approx(brier_score(sigmoid(logit)))
+
+
+def test_decision_z_gives_the_monte_carlo_flip_probability():
+    """Phi(-|m| / sd) = 0.5 * erfc(z / sqrt 2) against the share of posterior samples whose sign differs."""
+    mean = np.array([0.3, -1.2, 2.0, 0.0, 0.5])
+    variance = np.array([0.25, 1.0, 0.5, 0.3, 0.0])
+    z = decision_z(mean, variance)
+    assert z[3] == 0.0 and z[4] == np.inf  # a tie is the most uncertain; no variance, no flip
+    samples = mean[:, None] + np.sqrt(variance)[:, None] * np.random.default_rng(0).standard_normal(
+        (5, 200_000)
+    )
+    flipped = (np.sign(samples) != np.sign(mean)[:, None]).mean(axis=1)
+    expected = [0.5 * math.erfc(x / math.sqrt(2)) for x in z[:3]]
+    assert flipped[:3] == pytest.approx(expected, abs=4e-3)
+
+
+def test_flip_ranking_keeps_confident_pairs_that_the_raw_variance_drops():
+    """A bilinear score's variance grows with |m|: a far-from-zero correct pair can have the largest variance."""
+    score = np.array([5.0, 0.1, 3.0, 0.2])
+    variance = np.array([4.0, 0.01, 2.0, 0.02])  # z = 2.5, 1.0, 2.1, 1.4
+    correct = np.array([True, False, True, False])
+    report = calibration_report(score, correct, variance=variance, coverages=[0.5], score=score)
+    assert report["selective"] == [{"coverage": 0.5, "n": 2, "accuracy": 1.0}]
+    assert report["selective_by_variance"] == [{"coverage": 0.5, "n": 2, "accuracy": 0.0}]

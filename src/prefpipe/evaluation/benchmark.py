@@ -89,7 +89,9 @@ def evaluate_rows(
         "tau": tau,
         **summarize_scores(subsets, correct, table),
         "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
-        "calibration": calibration_report(logit, correct, scored.variance, n_bins, coverages),
+        "calibration": calibration_report(
+            logit, correct, scored.variance, n_bins, coverages, score=scored.score
+        ),
         "pairs_per_second": len(rows) / scored.seconds if scored.seconds > 0 else None,
         "scoring_seconds": scored.seconds,
         "batch_size": batch_size,

@@ -7,6 +7,9 @@ Every head's probability is sigmoid(z) for an effective logit z:
   against Monte Carlo by `mc_expected_sigmoid`.
 The benchmark's label is always "chosen wins", so calibration uses the top-label view: confidence
 max(p, 1 - p) against whether the decision (s > 0) was right; Brier = mean (1 - p)^2, NLL = mean -log p.
+Selective accuracy for Bayesian heads abstains first on the pairs whose decision the posterior is most likely
+to flip, P(sign s != sign m) = Phi(-|m| / sqrt(v)); the raw variance is no such ranking, because the variance
+of a bilinear score grows with the size of the embeddings, i.e. with |m| (both other rankings are kept).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 PROBIT_METHOD = "probit approximation: E[sigmoid(s/tau)], s ~ N(m, v) ~= sigmoid(m / sqrt(tau^2 + pi*v/8))"
 POINT_METHOD = "sigmoid(s/tau) of the point score"
 DEFAULT_COVERAGES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+FLIP_CRITERION = "abstain on the largest posterior probability of a flipped decision, Phi(-|m| / sd)"
 
 
 def effective_logit(score: np.ndarray, tau: float, variance: np.ndarray | None = None) -> np.ndarray:
@@ -58,6 +62,21 @@ def mc_expected_sigmoid(
         estimate[start : start + chunk] = values.mean(axis=1)
         stderr[start : start + chunk] = values.std(axis=1) / math.sqrt(samples)
     return estimate, stderr
+
+
+def decision_z(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """|m| / sd of the score s ~ N(m, v): how many standard deviations the decision s > 0 is from flipping.
+
+    The posterior probability of a flipped decision is Phi(-z), so ranking by -z ranks by that probability
+    without its underflow for large z. sd = 0 gives inf (certain) unless m = 0 too, which gives 0 (a tie).
+    """
+    m = np.abs(np.asarray(score, dtype=np.float64))
+    variance = np.asarray(variance, dtype=np.float64)
+    if np.any(variance < 0):
+        raise ValueError("score variance must be non-negative")
+    sd = np.sqrt(variance)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(sd > 0, m / sd, np.where(m > 0, np.inf, 0.0))
 
 
 def _confidence(prob: np.ndarray) -> np.ndarray:
@@ -130,11 +149,13 @@ def calibration_report(
     variance: np.ndarray | None = None,
     n_bins: int = 10,
     coverages: Sequence[float] = DEFAULT_COVERAGES,
+    score: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """ECE, Brier, NLL, reliability bins and selective accuracy for one set of pairs.
 
-    Selective accuracy abstains on the largest score variance when a variance is given, else on the
-    smallest |P - 0.5|; with a variance both rankings are reported.
+    Selective accuracy abstains first on the smallest |P - 0.5|; given a variance (and the score means it
+    belongs to), on the largest probability of a flipped decision (FLIP_CRITERION), with the rankings by
+    |P - 0.5| and by raw variance reported beside it.
     """
     logit = np.asarray(logit, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
@@ -153,9 +174,12 @@ def calibration_report(
         "reliability": reliability_bins(prob, correct, n_bins),
     }
     if variance is not None:
-        report["selective_criterion"] = "abstain on the largest score variance"
-        report["selective"] = selective_accuracy(correct, np.asarray(variance, dtype=np.float64), coverages)
+        if score is None:
+            raise ValueError("calibration_report: a score variance needs the score means (score=...)")
+        report["selective_criterion"] = FLIP_CRITERION
+        report["selective"] = selective_accuracy(correct, -decision_z(score, variance), coverages)
         report["selective_by_margin"] = selective_accuracy(correct, margin_uncertainty, coverages)
+        report["selective_by_variance"] = selective_accuracy(correct, np.asarray(variance, float), coverages)
     else:
         report["selective_criterion"] = "abstain on the smallest |P - 0.5|"
         report["selective"] = selective_accuracy(correct, margin_uncertainty, coverages)
