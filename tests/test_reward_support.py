@@ -78,8 +78,8 @@ def save_tiny_base(folder: Path, pad: bool = True, hidden: int = 32, seed: int =
     return folder
 
 
-def reward_config(head: str = "gpm", **overrides) -> dict:
-    """A small valid stage config; overrides are deep-merged (e.g. train={"steps": 5})."""
+def reward_config(head: str = "gpm", /, **overrides) -> dict:
+    """A small valid stage config; overrides are deep-merged (e.g. train={"steps": 5}, head={"dim": 6})."""
     cfg = {
         "seed": 0,
         "head": {"type": head, "dim": 4},
@@ -98,7 +98,7 @@ def reward_config(head: str = "gpm", **overrides) -> dict:
     return deep_merge(cfg, overrides)
 
 
-def build(base: Path, head: str = "gpm", seed: int = 0, **overrides):
+def build(base: Path, head: str = "gpm", /, seed: int = 0, **overrides):
     """Fresh RewardModel from the tiny base (head init seeded)."""
     settings = parse_settings(reward_config(head, **overrides))
     torch.manual_seed(seed)

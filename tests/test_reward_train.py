@@ -13,13 +13,11 @@ import sys
 
 import pytest
 import torch
-from test_reward_support import build, reward_config, rps_pairs, save_tiny_base, write_jsonl
+from test_reward_support import build, rps_pairs, save_tiny_base, write_jsonl
 
 from prefpipe.data import synthetic_cyclic
 from prefpipe.reward.evaluate import pair_accuracy
-from prefpipe.reward.model import build_reward_model
 from prefpipe.reward.pairs import Pair
-from prefpipe.reward.settings import parse_settings
 from prefpipe.reward.trainer import RewardTrainer, TrainingInterrupted
 from prefpipe.train_reward import main
 
@@ -52,7 +50,7 @@ def _pairs(rows: list[dict]) -> list[Pair]:
     return [Pair(r["id"], r["prompt"], r["chosen"], r["rejected"], r["subset"]) for r in rows]
 
 
-def _train(base, head, out_dir, pairs, seed=0, on_step_end=None, **overrides):
+def _train(base, head, out_dir, pairs, /, seed=0, on_step_end=None, **overrides):
     rm, settings = build(base, head, seed=seed, **overrides)
     trainer = RewardTrainer(rm, settings, pairs, out_dir, on_step_end=on_step_end)
     return rm, trainer.train()
@@ -86,13 +84,9 @@ def test_gpm_learns_the_world_cyclic_subset_on_held_out_triples(tiny_base, tmp_p
     combos_train, combos_test = synthetic_cyclic.split_combinations(100, 33, random.Random("0:cyclic"))
     train, test = _world_cyclic_pairs(combos_train, "train"), _world_cyclic_pairs(combos_test, "test")
     accuracy = {}
-    for head in ("gpm", "bt"):
-        cfg = reward_config(head, data={"max_length": 96}, train=WORLD_CYCLIC_TRAIN)
-        cfg["head"]["dim"] = 6  # the default config's GPM size: k = 3 rotation blocks
-        settings = parse_settings(cfg)
-        torch.manual_seed(0)
-        model = build_reward_model(str(tiny_base), settings)
-        RewardTrainer(model, settings, train, tmp_path / head).train()
+    for head in ("gpm", "bt"):  # dim 6 = the default config's GPM size, k = 3 rotation blocks
+        overrides = {"head": {"dim": 6}, "data": {"max_length": 96}, "train": WORLD_CYCLIC_TRAIN}
+        model, _ = _train(tiny_base, head, tmp_path / head, train, **overrides)
         accuracy[head] = pair_accuracy(model.eval(), test)["overall"]
     gpm_acc, bt_acc = accuracy["gpm"], accuracy["bt"]
     print(f"world cyclic subset, {len(test)} held-out pairs: GPM {gpm_acc:.3f}, BT {bt_acc:.3f}")

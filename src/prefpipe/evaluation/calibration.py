@@ -33,10 +33,14 @@ def effective_logit(score: np.ndarray, tau: float, variance: np.ndarray | None =
     score = np.asarray(score, dtype=np.float64)
     if variance is None:
         return score / tau
+    return score / np.sqrt(tau**2 + math.pi * _checked_variance(variance) / 8.0)
+
+
+def _checked_variance(variance: np.ndarray) -> np.ndarray:
     variance = np.asarray(variance, dtype=np.float64)
     if np.any(variance < 0):
         raise ValueError("score variance must be non-negative")
-    return score / np.sqrt(tau**2 + math.pi * variance / 8.0)
+    return variance
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
@@ -71,10 +75,7 @@ def decision_z(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
     without its underflow for large z. sd = 0 gives inf (certain) unless m = 0 too, which gives 0 (a tie).
     """
     m = np.abs(np.asarray(score, dtype=np.float64))
-    variance = np.asarray(variance, dtype=np.float64)
-    if np.any(variance < 0):
-        raise ValueError("score variance must be non-negative")
-    sd = np.sqrt(variance)
+    sd = np.sqrt(_checked_variance(variance))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(sd > 0, m / sd, np.where(m > 0, np.inf, 0.0))
 
