@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
 
-from prefpipe.common.config import deep_merge
+from prefpipe.settings.merge import deep_merge
 from prefpipe.reward.model import build_reward_model
 from prefpipe.reward.settings import parse_settings
 

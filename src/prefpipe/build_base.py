@@ -2,8 +2,7 @@
 
     python -m prefpipe.build_base --config '<json>' --data results/data --out results/base
 
-The config is the rule's stage JSON: the keys of the `base` section at top level plus `seed` and optional
-`torch_threads` (as the Snakefile's `stage_config("base", threads)` builds it).
+The config is the stage's settings (prefpipe.settings.base.BaseSettings) as JSON.
 source "scratch": train a BPE tokenizer on the world's text, build a tiny Llama, SFT it on demonstrations.
 source "pretrained": load `base.pretrained` (hub id or folder), optionally SFT it. Either way the model is
 saved with save_pretrained into <out>/model (atomically) and its held-out verifier accuracy, sampled and
@@ -14,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,13 @@ from prefpipe.base.heldout import heldout_accuracy
 from prefpipe.base.model import build_tiny_llama, load_pretrained
 from prefpipe.base.sft import encode_demonstrations, train_sft
 from prefpipe.base.tokenizer import train_tokenizer
-from prefpipe.common.config import ConfigError, load_config_arg, require
+from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_dir, read_jsonl, write_jsonl
-from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.common.stage import PathArg, run_stage
+from prefpipe.settings.base import BaseSettings
+from prefpipe.settings.build import to_mapping
 
 log = logging.getLogger("prefpipe.build_base")
 
@@ -47,46 +49,35 @@ def corpus_texts(data_dir: Path) -> list[str]:
     return texts
 
 
-def make_model(base_cfg: dict[str, Any], data_dir: Path, seed: int) -> tuple[Any, Any, dict[str, Any]]:
-    source = require(base_cfg, "source")
-    if source == "scratch":
-        tok_cfg = require(base_cfg, "tokenizer")
-        model_cfg = require(base_cfg, "model")
+def make_model(cfg: BaseSettings, data_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
+    if cfg.source == "scratch":
         tokenizer = train_tokenizer(
-            corpus_texts(data_dir),
-            int(require(tok_cfg, "vocab_size")),
-            int(model_cfg["max_position_embeddings"]),
+            corpus_texts(data_dir), cfg.tokenizer.vocab_size, cfg.model.max_position_embeddings
         )
-        model = build_tiny_llama(model_cfg, tokenizer, seed)
+        model = build_tiny_llama(cfg.model, tokenizer, cfg.seed)
         return model, tokenizer, {"pad_added": False}
-    if source == "pretrained":
-        name = base_cfg.get("pretrained")
-        if not name:
-            raise ConfigError(
-                "base.pretrained must name a hub id or a local folder when base.source is pretrained"
-            )
-        model, tokenizer, pad_added = load_pretrained(
-            str(name), bool(base_cfg.get("trust_remote_code", False))
+    if not cfg.pretrained:
+        raise ConfigError(
+            "base.pretrained must name a hub id or a local folder when base.source is pretrained"
         )
-        return model, tokenizer, {"pretrained": str(name), "pad_added": pad_added}
-    raise ConfigError(f"base.source must be 'scratch' or 'pretrained', got {source!r}")
+    model, tokenizer, pad_added = load_pretrained(cfg.pretrained, cfg.trust_remote_code)
+    return model, tokenizer, {"pretrained": cfg.pretrained, "pad_added": pad_added}
 
 
-def build(cfg: dict[str, Any], data_dir: Path, out: Path, record: RunRecord) -> dict[str, Any]:
+def build(cfg: BaseSettings, data_dir: Path, out: Path, record: RunRecord) -> dict[str, Any]:
     """Run the stage; return the summary."""
-    seed = int(require(cfg, "seed"))
-    base_cfg = cfg
+    seed = cfg.seed
     seed_everything(seed)
     timings: dict[str, float] = {}
     t0 = time.time()
-    model, tokenizer, info = make_model(base_cfg, data_dir, seed)
+    model, tokenizer, info = make_model(cfg, data_dir)
     timings["build_s"] = time.time() - t0
-    sft_cfg = dict(base_cfg.get("sft") or {})
-    sft_summary: dict[str, Any] = {"enabled": bool(sft_cfg.get("enabled", True))}
-    if sft_summary["enabled"]:
+    sft_cfg = cfg.sft
+    sft_summary: dict[str, Any] = {"enabled": sft_cfg.enabled}
+    if sft_cfg.enabled:
         t0 = time.time()
         data = encode_demonstrations(
-            tokenizer, read_jsonl(data_dir / "demonstrations.jsonl"), sft_cfg["max_length"]
+            tokenizer, read_jsonl(data_dir / "demonstrations.jsonl"), sft_cfg.max_length
         )
         log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
         sft_summary |= {"examples": len(data.examples), "skipped": dict(data.skipped)}
@@ -98,9 +89,7 @@ def build(cfg: dict[str, Any], data_dir: Path, out: Path, record: RunRecord) -> 
         tokenizer.save_pretrained(tmp)
     t0 = time.time()
     heldout_rows = read_jsonl(data_dir / "rl_prompts_heldout.jsonl")
-    heldout, samples = heldout_accuracy(
-        model, tokenizer, heldout_rows, dict(base_cfg.get("heldout_eval") or {}), seed
-    )
+    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, cfg.heldout_eval, seed)
     write_jsonl(out / "heldout_samples.jsonl", samples)
     timings["heldout_eval_s"] = time.time() - t0
     record.log(
@@ -115,7 +104,7 @@ def build(cfg: dict[str, Any], data_dir: Path, out: Path, record: RunRecord) -> 
         heldout["n"],
     )
     return {
-        "source": base_cfg["source"],
+        "source": cfg.source,
         **info,
         "model_dir": str(out / "model"),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -131,20 +120,19 @@ def build(cfg: dict[str, Any], data_dir: Path, out: Path, record: RunRecord) -> 
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="inline JSON or a .json/.yaml file")
-    parser.add_argument("--data", required=True, type=Path, help="prep_data output folder (results/data)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (results/base)")
-    args = parser.parse_args(argv)
-    setup_logging()
-    cfg = load_config_arg(args.config)
-    threads = int(cfg.get("torch_threads") or 0)
-    if threads > 0:
-        torch.set_num_threads(threads)
-    record = RunRecord(args.out, "build_base", cfg)
-    record.finish(build(cfg, args.data, args.out, record))
+def run(cfg: BaseSettings, args: argparse.Namespace) -> None:
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    record = RunRecord(args.out, "build_base", to_mapping(cfg))
+    record.finish(build(cfg, Path(args.data), Path(args.out), record))
+
+
+PATHS = {"data": PathArg("prep_data output folder (results/data)"), "out": PathArg("output folder", "out")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("build_base", BaseSettings, run, PATHS, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -14,37 +14,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from prefpipe.common.config import load_config_arg
 from prefpipe.common.io import write_jsonl
-from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.policy_eval import DECODINGS, EvalConfig, accuracy_summary, complete, kl_to_reference
+from prefpipe.common.stage import PathArg, run_stage
+from prefpipe.grpo.policy_eval import DECODINGS, accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.policy_io import load_for_inference
 from prefpipe.grpo.prompts import load_rl_prompts
 from prefpipe.grpo.rollout import GenerationSettings
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.eval_policy")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--data", required=True, help="folder with rl_prompts_heldout.jsonl")
-    parser.add_argument("--base", required=True, help="the starting (reference) policy")
-    parser.add_argument("--policy", required=True, help="the trained policy folder")
-    parser.add_argument("--reward-model", default=None)
-    parser.add_argument("--out", required=True)
-    return parser.parse_args(argv)
 
 
 def _policy_block(name: str, comp, rows: list[dict]) -> dict[str, Any]:
@@ -99,17 +86,16 @@ def _reward_model_block(
     return out | {"_scores": score.tolist()}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    cfg_dict = load_config_arg(args.config)
-    cfg = EvalConfig.from_run_config(cfg_dict)
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    seed_everything(cfg.seed)
+def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, Any]:
+    cfg = run_settings.eval
+    if run_settings.torch_threads:
+        torch.set_num_threads(run_settings.torch_threads)
+    seed_everything(run_settings.seed)
     out = Path(args.out)
     rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", cfg.max_prompts)
-    record = RunRecord(out, "eval_policy", cfg_dict)
-    base, base_tok = load_for_inference(args.base, cfg.device)
-    trained, trained_tok = load_for_inference(args.policy, cfg.device)
+    record = RunRecord(out, "eval_policy", to_mapping(run_settings))
+    base, base_tok = load_for_inference(args.base, run_settings.device)
+    trained, trained_tok = load_for_inference(args.policy, run_settings.device)
     prompts = [r["prompt"] for r in rows]
     comps: dict[str, dict[str, Any]] = {}
     decodings: dict[str, Any] = {}
@@ -117,7 +103,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sample = decoding == "sampled"
         settings = GenerationSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample)
         comps[decoding] = {
-            name: complete(model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, cfg.seed)
+            name: complete(
+                model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, run_settings.seed
+            )
             for name, model, tok in (("base", base, base_tok), ("trained", trained, trained_tok))
         }
         decodings[decoding] = _compare_block(decoding, comps[decoding], rows)
@@ -153,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cfg.max_new_tokens,
                 cfg.batch_size,
                 cfg.max_prompt_length,
-                cfg.seed,
+                run_settings.seed,
             )
     write_jsonl(
         out / "per_example.jsonl",
@@ -177,10 +165,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    setup_logging()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    summary = run(parse_args(argv))
+def run(run_settings: GrpoSettings, args: argparse.Namespace) -> None:
+    summary = evaluate(run_settings, args)
     log.info(
         "accuracy base %.3f -> trained %.3f (delta %+.3f, intervals overlap: %s)",
         summary["base"]["accuracy"],
@@ -188,7 +174,19 @@ def main(argv: list[str] | None = None) -> int:
         summary["accuracy_delta"],
         summary["intervals_overlap"],
     )
-    return 0
+
+
+PATHS = {
+    "data": PathArg("folder with rl_prompts_heldout.jsonl"),
+    "base": PathArg("the base policy (the comparison point)", "model"),
+    "policy": PathArg("the trained policy folder", "model"),
+    "reward_model": PathArg("reward model folder (runs with a reward model)", "model", required=False),
+    "out": PathArg("output folder", "out"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("eval_policy", GrpoSettings, run, PATHS, argv)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,7 @@
 
     python -m prefpipe.prep_data --config '<json>' --out results/data
 
-The config is the rule's stage JSON: the keys of the `data` section at top level plus `seed` (as the Snakefile's
-`stage_config("data", threads)` builds it). With `source: synthetic`
+The config is the stage's settings (prefpipe.settings.data.DataSettings) as JSON. With `source: synthetic`
 every file comes from the built-in world. Otherwise the preference pairs come from
 `prefpipe.data.sources.load_external_pairs` and the demonstrations and RL prompts still come from the world,
 so the policy stages keep tasks with a ground-truth verifier.
@@ -13,15 +12,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.config import ConfigError, load_config_arg, require
+from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
-from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.stage import PathArg, run_stage
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.data import DataSettings
 
 log = logging.getLogger("prefpipe.prep_data")
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
@@ -61,26 +63,19 @@ def check_sections(
     return unmapped
 
 
-def _external_pairs(data_cfg: dict[str, Any], seed: int) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    from prefpipe.data.sources import load_external_pairs  # optional path; imported only when used
-
-    external = dict(require(data_cfg, "external"))
-    external["source"] = data_cfg["source"]
-    return load_external_pairs(external, data_cfg.get("bad_rows", "drop"), seed)
-
-
-def prepare(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
+def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
     """Generate or load every file into `out`; return the summary (also written by the caller's record)."""
-    seed = int(require(cfg, "seed"))
-    source = require(cfg, "source")
-    world: World = build_world(require(cfg, "synthetic"), seed)
+    world: World = build_world(cfg.synthetic, cfg.seed)
     report: dict[str, Any] | None = None
-    if source != "synthetic":
-        world.pairs_train, world.pairs_test, report = _external_pairs(cfg, seed)
+    if cfg.source != "synthetic":
+        from prefpipe.data.sources import load_external_pairs  # optional path; imported only when used
+
+        world.pairs_train, world.pairs_test, report = load_external_pairs(
+            cfg.external, cfg.source, cfg.bad_rows, cfg.seed
+        )
     present = {r["subset"] for r in world.pairs_train} | {r["subset"] for r in world.pairs_test}
-    sections = dict(cfg.get("sections") or {})
-    cyclic = list(cfg.get("cyclic_subsets") or [])
-    unmapped = check_sections(sections, cyclic, present, strict=source == "synthetic")
+    sections, cyclic = cfg.sections, cfg.cyclic_subsets
+    unmapped = check_sections(sections, cyclic, present, strict=cfg.source == "synthetic")
     if unmapped:
         log.warning("subsets in no section (reported on their own): %s", unmapped)
     rows = {name: getattr(world, name) for name in FILES}
@@ -88,8 +83,8 @@ def prepare(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
         write_jsonl(out / f"{name}.jsonl", file_rows)
     demos = world.demonstrations
     summary: dict[str, Any] = {
-        "source": source,
-        "seed": seed,
+        "source": cfg.source,
+        "seed": cfg.seed,
         "files": {f"{name}.jsonl": len(file_rows) for name, file_rows in rows.items()},
         "subsets": {
             "train": dict(Counter(r["subset"] for r in world.pairs_train)),
@@ -114,18 +109,16 @@ def prepare(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
     return summary
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="inline JSON or a .json/.yaml file")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (results/data)")
-    args = parser.parse_args(argv)
-    setup_logging()
-    cfg = load_config_arg(args.config)
-    record = RunRecord(args.out, "prep_data", cfg)
-    summary = prepare(cfg, args.out)
+def run(cfg: DataSettings, args: argparse.Namespace) -> None:
+    record = RunRecord(args.out, "prep_data", to_mapping(cfg))
+    summary = prepare(cfg, Path(args.out))
     log.info("wrote %s", summary["files"])
     record.finish(summary)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("prep_data", DataSettings, run, {"out": PathArg("output folder", "out")}, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,28 +23,16 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType
 
-from prefpipe.common.config import ConfigError, load_config_arg
-from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.common.stage import PathArg, run_stage
 from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs
-from prefpipe.reward.settings import RewardSettings, parse_settings
-from prefpipe.reward.trainer import RewardTrainer, TrainingInterrupted, make_accelerator
+from prefpipe.reward.trainer import RewardTrainer, make_accelerator
+from prefpipe.settings.reward import RewardSettings
 
 log = logging.getLogger("prefpipe.train_reward")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--config", required=True, help="resolved reward config: inline JSON or a .json/.yaml path"
-    )
-    parser.add_argument("--data", required=True, help="folder with pairs_train.jsonl and pairs_test.jsonl")
-    parser.add_argument("--base", required=True, help="backbone: local HF folder or hub id")
-    parser.add_argument("--out", required=True, help="output folder for this variant")
-    return parser.parse_args(argv)
 
 
 def sanity_eval(model_dir: Path, settings: RewardSettings, train_pairs: list, test_pairs: list) -> dict:
@@ -69,8 +57,7 @@ def _outside_zero3(acc, fn, *args):
     return fn(*args)
 
 
-def run(config: dict, data_dir: Path, base: str, out_dir: Path) -> dict:
-    settings = parse_settings(config)
+def train(settings: RewardSettings, data_dir: Path, base: str, out_dir: Path) -> dict:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     seed_everything(settings.seed)
@@ -82,9 +69,7 @@ def run(config: dict, data_dir: Path, base: str, out_dir: Path) -> dict:
     trainer = RewardTrainer(rm, settings, train_pairs, out_dir, accelerator=accelerator, inputs=inputs)
     trainer.checkpoint_to_resume()  # a checkpoint of another run stops us here, before any output is touched
     is_main = accelerator[0].is_main_process
-    record = (
-        RunRecord(out_dir, "train_reward", {**config, "resolved": settings.to_dict()}) if is_main else None
-    )
+    record = RunRecord(out_dir, "train_reward", settings.to_dict()) if is_main else None
     trainer.log_fn = record.log if record else None
     result = trainer.train()
     acc = trainer.acc
@@ -111,23 +96,23 @@ def run(config: dict, data_dir: Path, base: str, out_dir: Path) -> dict:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    setup_logging()
-    args = parse_args(argv)
-    try:
-        config = load_config_arg(args.config)
-        summary = run(config, Path(args.data), args.base, Path(args.out))
-    except ConfigError as err:
-        log.error("config error: %s", err)
-        return 2
-    except TrainingInterrupted as err:
-        log.warning("%s", err)
-        return 143
+def run(settings: RewardSettings, args: argparse.Namespace) -> None:
+    summary = train(settings, Path(args.data), args.base, Path(args.out))
     if summary:
         test = summary["accuracy"]["test"]
         per_subset = {k: round(v["accuracy"], 3) for k, v in test["subsets"].items()}
         log.info("done: test accuracy %.3f %s", test["overall"], per_subset)
-    return 0
+
+
+PATHS = {
+    "data": PathArg("folder with pairs_train.jsonl and pairs_test.jsonl"),
+    "base": PathArg("backbone: local HF folder or hub id", "model"),
+    "out": PathArg("output folder for this variant", "out"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage("train_reward", RewardSettings, run, PATHS, argv)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ rule build_base:
     params:
         src=SRC,
         launch=lambda wildcards, resources: single_process("build_base", resources.gpu),
-        cfg=lambda wildcards, threads: stage_config("base", threads),
-        provenance=lambda wildcards: stage_config("base", None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.base, threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.base, None),
         data=lambda wildcards, input: os.path.dirname(input.demonstrations),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:

@@ -23,8 +23,8 @@ rule prep_data:
         runtime=lambda wildcards, attempt: res("prep_data", "runtime") * attempt,
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: stage_config("data", threads),
-        provenance=lambda wildcards: stage_config("data", None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.data, threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.data, None),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
         "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.prep_data"

@@ -25,8 +25,8 @@ rule eval_rewardbench:
         gpu=res("eval_rewardbench", "gpu"),
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: eval_config(threads),
-        provenance=lambda wildcards: eval_config(None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.eval, threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.eval, None),
         data=lambda wildcards, input: os.path.dirname(input.pairs_test),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:

@@ -1,5 +1,5 @@
 wildcard_constraints:
-    run="|".join(grpo_runs()) or "NO_RUN",
+    run=name_pattern(grpo_runs(), "NO_RUN"),
 
 
 rule train_grpo:
@@ -37,8 +37,8 @@ rule train_grpo:
     params:
         src=SRC,
         launch=lambda wildcards, resources: single_process("train_grpo", resources.gpu),
-        cfg=lambda wildcards, threads: grpo_config(wildcards.run, threads),
-        provenance=lambda wildcards: grpo_config(wildcards.run, None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.grpo[wildcards.run], threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
@@ -75,8 +75,8 @@ rule eval_policy:
         gpu=res("eval_policy", "gpu"),
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: grpo_config(wildcards.run, threads),
-        provenance=lambda wildcards: grpo_config(wildcards.run, None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.grpo[wildcards.run], threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_heldout),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),

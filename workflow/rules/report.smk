@@ -39,8 +39,8 @@ rule report:
         runtime=lambda wildcards, attempt: res("report", "runtime") * attempt,
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: stage_config("report", threads),
-        provenance=lambda wildcards: stage_config("report", None),
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.report, threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.report, None),
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.data)),
         out=lambda wildcards, output: os.path.dirname(output.html),
     shell:

@@ -14,6 +14,7 @@ import torch
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.data.verifier import verify
+from prefpipe.settings.base import HeldoutEvalSettings
 
 
 @torch.no_grad()
@@ -55,22 +56,19 @@ def generate_completions(
 
 
 def heldout_accuracy(
-    model: Any, tokenizer: Any, rows: list[dict], eval_cfg: dict[str, Any], seed: int
+    model: Any, tokenizer: Any, rows: list[dict], eval_cfg: HeldoutEvalSettings, seed: int
 ) -> tuple[dict[str, Any], list[dict]]:
     """Accuracy summary (overall and per kind, with counts) and one sample row per prompt."""
     prompts = [r["prompt"] for r in rows]
-    common = {
-        "max_new_tokens": int(eval_cfg.get("max_new_tokens", 24)),
-        "batch_size": int(eval_cfg.get("batch_size", 64)),
-    }
-    temperature = float(eval_cfg.get("temperature", 1.0))
+    common = {"max_new_tokens": eval_cfg.max_new_tokens, "batch_size": eval_cfg.batch_size}
+    temperature = eval_cfg.temperature
     sampled = generate_completions(
         model,
         tokenizer,
         prompts,
         greedy=False,
         temperature=temperature,
-        top_p=float(eval_cfg.get("top_p", 1.0)),
+        top_p=eval_cfg.top_p,
         seed=seed,
         **common,
     )

@@ -10,33 +10,24 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from prefpipe.base.tokenizer import PAD
 from prefpipe.common.config import ConfigError
+from prefpipe.settings.base import TinyLlamaSettings
 
 log = logging.getLogger(__name__)
-MODEL_KEYS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "max_position_embeddings",
-)
 
 
-def build_tiny_llama(model_cfg: dict[str, Any], tokenizer: Any, seed: int) -> LlamaForCausalLM:
+def build_tiny_llama(model_cfg: TinyLlamaSettings, tokenizer: Any, seed: int) -> LlamaForCausalLM:
     """A randomly initialised LlamaForCausalLM sized by `base.model` (same seed, same weights)."""
-    missing = [k for k in MODEL_KEYS if k not in model_cfg]
-    if missing:
-        raise ConfigError(f"base.model is missing keys {missing}")
-    if model_cfg["hidden_size"] % model_cfg["num_attention_heads"]:
+    if model_cfg.hidden_size % model_cfg.num_attention_heads:
         raise ConfigError("base.model.hidden_size must be divisible by base.model.num_attention_heads")
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=model_cfg["hidden_size"],
-        intermediate_size=model_cfg["intermediate_size"],
-        num_hidden_layers=model_cfg["num_hidden_layers"],
-        num_attention_heads=model_cfg["num_attention_heads"],
-        num_key_value_heads=model_cfg.get("num_key_value_heads", model_cfg["num_attention_heads"]),
-        max_position_embeddings=model_cfg["max_position_embeddings"],
-        tie_word_embeddings=bool(model_cfg.get("tie_word_embeddings", True)),
+        hidden_size=model_cfg.hidden_size,
+        intermediate_size=model_cfg.intermediate_size,
+        num_hidden_layers=model_cfg.num_hidden_layers,
+        num_attention_heads=model_cfg.num_attention_heads,
+        num_key_value_heads=model_cfg.num_key_value_heads or model_cfg.num_attention_heads,
+        max_position_embeddings=model_cfg.max_position_embeddings,
+        tie_word_embeddings=model_cfg.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -55,7 +46,7 @@ def set_generation_ids(model: Any, tokenizer: Any) -> None:
     gen.bos_token_id = tokenizer.bos_token_id
 
 
-def load_pretrained(name_or_path: str, trust_remote_code: bool = False) -> tuple[Any, Any, bool]:
+def load_pretrained(name_or_path: str, trust_remote_code: bool) -> tuple[Any, Any, bool]:
     """Load a causal LM and its tokenizer in fp32; add a PAD token when it is missing or equals EOS.
 
     Returns (model, tokenizer, pad_added). A shared PAD/EOS id is the classic cause of reward models that

@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from prefpipe.common.chat import format_pair, format_prompt
-from prefpipe.common.config import ConfigError
+from prefpipe.settings.base import SFTSettings
 
 log = logging.getLogger(__name__)
 IGNORE = -100
-SFT_KEYS = ("steps", "batch_size", "learning_rate", "warmup_steps", "weight_decay", "max_length")
 
 
 @dataclass
@@ -92,37 +91,27 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float =
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def check_sft_config(sft_cfg: dict[str, Any]) -> None:
-    missing = [k for k in SFT_KEYS if k not in sft_cfg]
-    if missing:
-        raise ConfigError(f"base.sft is missing keys {missing}")
-    for key in ("steps", "batch_size", "max_length"):
-        if not isinstance(sft_cfg[key], int) or sft_cfg[key] < 1:
-            raise ConfigError(f"base.sft.{key}={sft_cfg[key]!r} must be a positive integer")
-
-
 def train_sft(
     model: torch.nn.Module,
     data: SFTData,
-    sft_cfg: dict[str, Any],
+    sft_cfg: SFTSettings,
     pad_id: int,
     seed: int,
     log_step: Callable[..., None] | None = None,
 ) -> dict[str, float]:
     """AdamW with warm-up + cosine; batches walk seeded permutations of the examples (epoch by epoch)."""
-    check_sft_config(sft_cfg)
-    steps, batch_size = sft_cfg["steps"], sft_cfg["batch_size"]
+    steps, batch_size = sft_cfg.steps, sft_cfg.batch_size
     optimizer = torch.optim.AdamW(
         model.parameters(),
-        lr=float(sft_cfg["learning_rate"]),
+        lr=sft_cfg.learning_rate,
         betas=(0.9, 0.95),
-        weight_decay=float(sft_cfg["weight_decay"]),
+        weight_decay=sft_cfg.weight_decay,
     )
-    min_ratio = float(sft_cfg.get("min_lr_ratio", 0.1))
+    min_ratio = sft_cfg.min_lr_ratio
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, int(sft_cfg["warmup_steps"]), steps, min_ratio)
+        optimizer, lambda s: lr_factor(s, sft_cfg.warmup_steps, steps, min_ratio)
     )
-    grad_clip = float(sft_cfg.get("grad_clip", 1.0))
+    grad_clip = sft_cfg.grad_clip
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     losses: list[float] = []

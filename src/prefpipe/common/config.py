@@ -6,7 +6,6 @@ outputs as `config.json`, so each output folder says exactly how it was produced
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
@@ -15,45 +14,37 @@ from typing import Any
 import yaml
 
 
-class ConfigError(ValueError):
+class UserError(ValueError):
+    """Something the user can fix (a config value, a path, a data file, a model folder): a stage reports it
+    in one line naming the cause and exits 2, without a traceback (prefpipe.common.stage)."""
+
+
+class ConfigError(UserError):
     """A config value is missing or wrong; the message names the key."""
+
+
+class DataError(UserError):
+    """An input data file cannot be used; the message names the file (and row where there is one)."""
 
 
 def load_config_arg(value: str) -> dict[str, Any]:
     """Parse a `--config` argument: inline JSON, or a path to a .json/.yaml file."""
     text = value.strip()
-    if text.startswith("{"):
-        loaded = json.loads(text)
-    else:
-        path = Path(value)
-        if not path.exists():
-            raise ConfigError(f"--config: {value!r} is neither inline JSON nor an existing file")
-        with open(path, encoding="utf-8") as handle:
-            loaded = yaml.safe_load(handle) if path.suffix in {".yaml", ".yml"} else json.load(handle)
+    path = Path(value)
+    try:
+        if text.startswith("{"):
+            loaded = json.loads(text)
+        else:
+            if not path.is_file():
+                raise ConfigError(f"--config: {value!r} is neither inline JSON nor an existing file")
+            with open(path, encoding="utf-8") as handle:
+                loaded = yaml.safe_load(handle) if path.suffix in {".yaml", ".yml"} else json.load(handle)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        where = "inline JSON" if text.startswith("{") else str(path)
+        raise ConfigError(f"--config ({where}) does not parse: {err}") from err
     if not isinstance(loaded, dict):
         raise ConfigError("--config must hold a mapping")
     return loaded
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Return base updated recursively by override (override wins; neither input is modified)."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def require(cfg: dict[str, Any], dotted_key: str) -> Any:
-    """Fetch `a.b.c` from a nested config or raise ConfigError naming the key."""
-    node: Any = cfg
-    for part in dotted_key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"missing config key {dotted_key!r}")
-        node = node[part]
-    return node
 
 
 def resolve_path(value: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:

@@ -3,7 +3,30 @@
 from __future__ import annotations
 
 import logging
+import sys
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of each record. A handler bound to the stderr of the
+    moment breaks when that stream is swapped and closed (pytest's capture does exactly that), which is what
+    `basicConfig(force=True)` inside a test process used to produce ("I/O operation on closed file")."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    """Idempotent: one stderr handler on the root logger, whoever calls it and however often."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _CurrentStderr) for h in root.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter(FORMAT))
+        root.addHandler(handler)
+    root.setLevel(level)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prefpipe.common.config import DataError
+
 FORMATS = ("rewardbench", "hh", "messages")
 BAD_ROW_MODES = ("drop", "error")
 BAD_REASONS = (
@@ -31,7 +33,7 @@ ASSISTANT_MARK = "\n\nAssistant:"
 ROLE_LABELS = {"system": "System", "user": "Human", "assistant": "Assistant"}
 
 
-class BadRow(ValueError):
+class BadRow(DataError):
     """A row that cannot become a pair; `reason` is one of BAD_REASONS so drops can be counted by cause."""
 
     def __init__(self, reason: str, detail: str) -> None:

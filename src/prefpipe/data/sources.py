@@ -8,6 +8,7 @@ and every bad row can be reported by file and row number. Nothing here unpickles
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -17,32 +18,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.config import ConfigError
+from prefpipe.common.config import ConfigError, DataError
 from prefpipe.data.normalize import (
-    FORMATS,
     RawRecord,
     detect_format,
     make_ids_unique,
     normalize_records,
     subset_counts,
 )
+from prefpipe.settings.data import ExternalSourceSettings
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("hf", "jsonl", "parquet", "json")
 FILE_SUFFIXES = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 HF_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # datasets' builder per data file
-EXTERNAL_DEFAULTS: dict[str, Any] = {
-    "source": None,
-    "path": None,
-    "split": "train",
-    "test_split": None,
-    "format": "auto",
-    "test_fraction": 0.1,
-    "subset_name": "default",
-    "max_rows": None,
-    "cache_dir": None,
-}
 DETECT_ROWS = 100  # rows read ahead to detect the format when format is "auto"
 
 
@@ -63,7 +53,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
                     continue
                 yield RawRecord(line_no, value)
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
 
 
 def iter_json(path: Path) -> Iterator[RawRecord]:
@@ -72,9 +62,9 @@ def iter_json(path: Path) -> Iterator[RawRecord]:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a valid JSON file ({err})") from err
+        raise DataError(f"{path}: not a valid JSON file ({err})") from err
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
+        raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
     for number, value in enumerate(data, start=1):
         yield RawRecord(number, value)
 
@@ -92,7 +82,7 @@ def iter_parquet(path: Path, batch_size: int = 1024) -> Iterator[RawRecord]:
                 number += 1
                 yield RawRecord(number, value)
     except pyarrow.ArrowException as err:
-        raise ValueError(f"{path}: cannot read as Parquet ({err})") from err
+        raise DataError(f"{path}: cannot read as Parquet ({err})") from err
 
 
 def _hub_offline() -> bool:
@@ -111,7 +101,7 @@ def _load_hf_dataset(path: str, split: str, cache_dir: str | None) -> Any:
         if local.is_file():
             builder = HF_BUILDERS.get(local.suffix.lower())
             if builder is None:
-                raise ValueError(
+                raise DataError(
                     f"unsupported data file type {local.suffix!r} (use .jsonl, .json or .parquet)"
                 )
             return datasets.load_dataset(
@@ -125,7 +115,7 @@ def _load_hf_dataset(path: str, split: str, cache_dir: str | None) -> Any:
             if offline
             else ""
         )
-        raise ValueError(
+        raise DataError(
             f"{path} [split {split}]: cannot load with datasets.load_dataset: {err}{hint}"
         ) from err
 
@@ -205,43 +195,28 @@ def split_held_out(rows: list[dict], test_fraction: float, seed: int) -> tuple[l
     return train, test
 
 
-def external_config(external_cfg: dict[str, Any]) -> dict[str, Any]:
-    """Defaults filled in and every key checked, so a typo fails here with the key's name."""
-    if not isinstance(external_cfg, dict):
-        raise ConfigError(f"data.external must be a mapping, got {type(external_cfg).__name__}")
-    unknown = sorted(set(external_cfg) - set(EXTERNAL_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"data.external: unknown keys {unknown}; known: {sorted(EXTERNAL_DEFAULTS)}")
-    cfg = {**EXTERNAL_DEFAULTS, **{k: v for k, v in external_cfg.items() if v is not None}}
-    if cfg["source"] not in SOURCES:
-        raise ConfigError(f"data.source must be one of {SOURCES} for external data, got {cfg['source']!r}")
+def external_config(external: ExternalSourceSettings, source: str) -> dict[str, Any]:
+    """The checks the schema cannot make (a path is required once the source is not synthetic)."""
+    if source not in SOURCES:
+        raise ConfigError(f"data.source must be one of {SOURCES} for external data, got {source!r}")
+    cfg = {**dataclasses.asdict(external), "source": source}
     for key in ("path", "split", "subset_name"):
         if not isinstance(cfg[key], str) or not cfg[key].strip():
             raise ConfigError(f"data.external.{key} must be a non-empty string, got {cfg[key]!r}")
-    if cfg["test_split"] is not None and not (
-        isinstance(cfg["test_split"], str) and cfg["test_split"].strip()
-    ):
-        raise ConfigError(
-            f"data.external.test_split must be null or a non-empty string, got {cfg['test_split']!r}"
-        )
-    if cfg["format"] not in ("auto", *FORMATS):
-        raise ConfigError(f"data.external.format must be one of {('auto', *FORMATS)}, got {cfg['format']!r}")
-    fraction = cfg["test_fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction < 1:
-        raise ConfigError(f"data.external.test_fraction must be a number in [0, 1), got {fraction!r}")
-    max_rows = cfg["max_rows"]
-    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
-        raise ConfigError(f"data.external.max_rows must be null or a positive integer, got {max_rows!r}")
+    if cfg["test_split"] is not None and not cfg["test_split"].strip():
+        raise ConfigError("data.external.test_split must be null or a non-empty string")
     return cfg
 
 
-def load_external_pairs(external_cfg: dict, bad_rows: str, seed: int) -> tuple[list[dict], list[dict], dict]:
+def load_external_pairs(
+    external: ExternalSourceSettings, source: str, bad_rows: str, seed: int
+) -> tuple[list[dict], list[dict], dict]:
     """Train and test pairs from a non-synthetic source, plus a report of what was read, kept and dropped.
 
     The test part is `test_split` when given (a split name of the same dataset for source "hf", a second
     file otherwise; test_fraction is then unused), else a seeded held-out share of the one split.
     """
-    cfg = external_config(external_cfg)
+    cfg = external_config(external, source)
     common = {
         "source": cfg["source"],
         "fmt": cfg["format"],
@@ -261,7 +236,7 @@ def load_external_pairs(external_cfg: dict, bad_rows: str, seed: int) -> tuple[l
     else:
         train, test = split_held_out(train, cfg["test_fraction"], seed)
     if not train:
-        raise ValueError(
+        raise DataError(
             f"{train_report['where']}: no usable preference pairs (dropped: {train_report['dropped']})"
         )
     if not test:

@@ -19,7 +19,6 @@ from typing import Any
 from prefpipe.common.config import ConfigError
 from prefpipe.data import synthetic_cyclic, synthetic_reasoning, synthetic_safety
 from prefpipe.data.synthetic_tasks import (
-    ALL_KINDS,
     ARITH_KINDS,
     WORD_KINDS,
     Task,
@@ -28,6 +27,7 @@ from prefpipe.data.synthetic_tasks import (
     pick_near_miss,
     sample_task,
 )
+from prefpipe.settings.data import SyntheticWorldSettings
 
 PairMaker = Callable[[random.Random], tuple[str, str, str]]
 CYCLIC_SUBSET = "cyclic-rps"
@@ -129,22 +129,11 @@ def _rl_dict(pair_id: str, task: Task) -> dict:
     return {"id": pair_id, "prompt": task.prompt, "answer": task.answer, "kind": task.kind}
 
 
-def _kinds(cfg: dict[str, Any]) -> tuple[str, ...]:
-    kinds = tuple(cfg.get("kinds") or ALL_KINDS)
-    unknown = [k for k in kinds if k not in ALL_KINDS]
-    if unknown:
-        raise ConfigError(f"data.synthetic.kinds: unknown kinds {unknown}; known: {list(ALL_KINDS)}")
-    return kinds
-
-
 def _demonstrations(
-    cfg: dict[str, Any], seed: int, kinds: tuple[str, ...], excluded: set[str]
+    cfg: SyntheticWorldSettings, seed: int, kinds: tuple[str, ...], excluded: set[str]
 ) -> tuple[list[dict], int]:
     """Demonstrations from an imperfect demonstrator: an exact share of answers are near misses."""
-    n = int(cfg["demonstrations"])
-    rate = float(cfg["demo_error_rate"])
-    if not 0.0 <= rate <= 1.0:
-        raise ConfigError(f"data.synthetic.demo_error_rate={rate} must be in [0, 1]")
+    n, rate = cfg.demonstrations, cfg.demo_error_rate
     rng = _rng(seed, "demonstrations")
     tasks = _draw_tasks(kinds, n, rng, excluded, unique=False, key="demonstrations")
     wrong = set(rng.sample(range(n), round(n * rate)))
@@ -155,7 +144,7 @@ def _demonstrations(
     return rows, len(wrong)
 
 
-def _pairs(cfg: dict[str, Any], seed: int, excluded: set[str]) -> tuple[list[dict], list[dict]]:
+def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[list[dict], list[dict]]:
     train: list[dict] = []
     test: list[dict] = []
     for subset, make in PAIR_MAKERS.items():
@@ -165,11 +154,11 @@ def _pairs(cfg: dict[str, Any], seed: int, excluded: set[str]) -> tuple[list[dic
             ("test", test, "pairs_per_subset_test"),
         ):
             rows = _draw_pairs(
-                make, int(cfg[key]), _rng(seed, f"pairs:{subset}:{split}"), excluded, taken, subset, key
+                make, getattr(cfg, key), _rng(seed, f"pairs:{subset}:{split}"), excluded, taken, subset, key
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
     combos_train, combos_test = synthetic_cyclic.split_combinations(
-        int(cfg["cyclic_triples_train"]), int(cfg["cyclic_triples_test"]), _rng(seed, "cyclic")
+        cfg.cyclic_triples_train, cfg.cyclic_triples_test, _rng(seed, "cyclic")
     )
     for split, combos, rows_out in (("train", combos_train, train), ("test", combos_test, test)):
         for t, combo in enumerate(combos):
@@ -178,28 +167,12 @@ def _pairs(cfg: dict[str, Any], seed: int, excluded: set[str]) -> tuple[list[dic
     return train, test
 
 
-REQUIRED_KEYS = (
-    "pairs_per_subset_train", "pairs_per_subset_test", "cyclic_triples_train", "cyclic_triples_test",
-    "demonstrations", "demo_error_rate", "rl_prompts_train", "rl_prompts_heldout",
-)  # fmt: skip
-
-
-def _check_config(cfg: dict[str, Any]) -> None:
-    missing = [k for k in REQUIRED_KEYS if k not in cfg]
-    if missing:
-        raise ConfigError(f"data.synthetic is missing keys {missing}")
-    for key in REQUIRED_KEYS:
-        if key != "demo_error_rate" and (not isinstance(cfg[key], int) or cfg[key] < 0):
-            raise ConfigError(f"data.synthetic.{key}={cfg[key]!r} must be a non-negative integer")
-
-
-def build_world(cfg: dict[str, Any], seed: int) -> World:
+def build_world(cfg: SyntheticWorldSettings, seed: int) -> World:
     """Generate every row of the world from the `data.synthetic` config section and a seed."""
-    _check_config(cfg)
-    kinds = _kinds(cfg)
+    kinds = tuple(cfg.kinds)
     heldout = _draw_tasks(
         kinds,
-        int(cfg["rl_prompts_heldout"]),
+        cfg.rl_prompts_heldout,
         _rng(seed, "rl:heldout"),
         set(),
         unique=True,
@@ -208,7 +181,7 @@ def build_world(cfg: dict[str, Any], seed: int) -> World:
     excluded = {t.prompt for t in heldout}
     rl_train = _draw_tasks(
         kinds,
-        int(cfg["rl_prompts_train"]),
+        cfg.rl_prompts_train,
         _rng(seed, "rl:train"),
         excluded,
         unique=True,

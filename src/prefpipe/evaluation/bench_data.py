@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 BAD_ROW_MODES = ("drop", "error")
 
 
-class BenchmarkDataError(ValueError):
+class BenchmarkDataError(DataError):
     """A benchmark file or row cannot be used; the message names the source and row."""
 
 

@@ -5,64 +5,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from prefpipe.common.config import ConfigError
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.rollout import GenerationSettings, generate
 
 Z95 = 1.959963984540054
 DECODINGS = ("greedy", "sampled")
-
-
-@dataclass
-class EvalConfig:
-    """Settings of the eval_policy stage (it receives the same run config as train_grpo)."""
-
-    seed: int = 0
-    max_new_tokens: int = 24
-    primary: str = "greedy"  # headline decoding (both greedy and sampled are always reported)
-    temperature: float = 1.0  # sampled decoding; KL always uses temperature-1 samples
-    top_p: float = 1.0
-    batch_size: int = 64
-    max_prompts: int | None = None
-    max_prompt_length: int | None = 128
-    reward_batch_size: int = 32
-    kl_estimate: bool = True
-    device: str = "auto"
-    torch_threads: int = 0
-    wandb: dict | None = None
-    experiment: str | None = None
-
-    @classmethod
-    def from_run_config(cls, cfg: dict[str, Any]) -> EvalConfig:
-        """From a GRPO run config: its shared keys (seed, max_new_tokens, temperature, ...) overridden by
-        its `eval` mapping; training-only keys are ignored, unknown keys inside `eval` are errors."""
-        fields = set(cls.__dataclass_fields__)
-        eval_cfg = cfg.get("eval") or {}
-        if not isinstance(eval_cfg, dict):
-            raise ConfigError("grpo eval must be a mapping")
-        unknown = sorted(set(eval_cfg) - fields)
-        if unknown:
-            raise ConfigError(f"unknown grpo eval key(s) {unknown}; known: {sorted(fields)}")
-        return cls.from_dict({**{k: v for k, v in cfg.items() if k in fields}, **eval_cfg})
-
-    @classmethod
-    def from_dict(cls, cfg: dict[str, Any]) -> EvalConfig:
-        unknown = sorted(set(cfg) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(
-                f"unknown policy_eval config key(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}"
-            )
-        out = cls(**cfg)
-        if out.max_new_tokens < 1 or out.batch_size < 1:
-            raise ConfigError("policy_eval.max_new_tokens and policy_eval.batch_size must be positive")
-        if out.primary not in DECODINGS:
-            raise ConfigError(f"policy_eval.primary must be one of {DECODINGS}, got {out.primary!r}")
-        return out
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
-from prefpipe.grpo.config import LoraSettings
+from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,7 +33,10 @@ def load_tokenizer(path: str | os.PathLike):
 
 
 def load_policy(
-    path: str | os.PathLike, lora: LoraSettings | None = None, dtype: str = "float32", device: str = "auto"
+    path: str | os.PathLike,
+    lora: GrpoLoraSettings | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
 ):
     """(model, tokenizer, lora_state): lora_state is none (full fine-tuning), fresh or trained (adapter folder)."""
     torch_dtype = DTYPES[dtype]

@@ -21,21 +21,22 @@ import torch
 
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.stage import StageInterrupted
 from prefpipe.grpo import diagnostics
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.checkpoint import load_checkpoint, save_checkpoint
-from prefpipe.grpo.config import GRPOConfig
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import RewardInputs, WeightedReward, compute_rewards, needs_reference_completions
 from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate
+from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger(__name__)
 TIMING_KEYS = ("step_time", "gen_time", "score_time", "train_time", "tokens_per_second")
 
 
-class Preempted(RuntimeError):
+class Preempted(StageInterrupted):
     """SIGTERM arrived; a checkpoint was written and the run can be resumed by running it again."""
 
 
@@ -69,7 +70,7 @@ def micro_slices(n: int, size: int) -> list[slice]:
 class GRPOTrainer:
     def __init__(
         self,
-        cfg: GRPOConfig,
+        cfg: GrpoSettings,
         policy: torch.nn.Module,
         tokenizer,
         lora_state: str,

@@ -12,40 +12,30 @@ import sys
 import time
 from pathlib import Path
 
-from prefpipe.common.config import ConfigError, load_config_arg, resolve_path
+from prefpipe.common.config import ConfigError, resolve_path
 from prefpipe.common.io import atomic_dir, atomic_write_text
-from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.stage import PathArg, run_stage
 from prefpipe.report.build import build_document
 from prefpipe.report.collect import collect_tree
 from prefpipe.report.html import render_html
 from prefpipe.report.markdown import render_markdown
 from prefpipe.report.settings import load_settings
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.report import ReportSettings
 
 log = logging.getLogger("prefpipe.report")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m prefpipe.report", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--config", required=True, help="inline JSON or a .json/.yaml file (the report config)"
-    )
-    parser.add_argument("--results", required=True, help="results directory to report on (e.g. results)")
-    parser.add_argument("--out", required=True, help="output directory (e.g. results/report)")
-    return parser.parse_args(argv)
-
-
-def run(config: dict, results: Path, out: Path) -> dict:
+def build(config: ReportSettings, results: Path, out: Path) -> dict:
     """Build the report; returns the build summary (also written to <out>/summary.json)."""
     settings = load_settings(config)
-    if not results.is_dir():
-        raise FileNotFoundError(f"--results: {results} is not a directory")
     folders = {name: resolve_path(path) for name, path in settings.compare.items()}
     for name, folder in folders.items():
         if settings.strict and not folder.is_dir():
             raise ConfigError(f"report.compare.{name}: {folder} is not a directory")
     start = time.time()
-    record = RunRecord(out, "report", config)
+    record = RunRecord(out, "report", to_mapping(config))
     tree = collect_tree(results, name="main", strict=settings.strict)
     others = [collect_tree(folder, name=name, strict=settings.strict) for name, folder in folders.items()]
     doc, stats = build_document(tree, others, settings)
@@ -76,15 +66,18 @@ def run(config: dict, results: Path, out: Path) -> dict:
     return summary
 
 
+def run(config: ReportSettings, args: argparse.Namespace) -> None:
+    build(config, Path(args.results), Path(args.out))
+
+
+PATHS = {
+    "results": PathArg("results directory to report on (e.g. results)"),
+    "out": PathArg("output directory (e.g. results/report)", "out"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    setup_logging()
-    args = parse_args(argv)
-    try:
-        run(load_config_arg(args.config), Path(args.results), Path(args.out))
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        log.error("%s", err)
-        return 2
-    return 0
+    return run_stage("report", ReportSettings, run, PATHS, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from prefpipe.common.config import ConfigError
-from prefpipe.reward.settings import BackboneSettings, LoraSettings
+from prefpipe.settings.reward import BackboneSettings, LoraSettings
 
 log = logging.getLogger(__name__)
 

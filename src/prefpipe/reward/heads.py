@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prefpipe.reward.scores import sample_embedding
-from prefpipe.reward.settings import HeadSettings
+from prefpipe.settings.reward import HeadSettings
 
 
 class PromptGate(nn.Module):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from prefpipe.reward.scores import gpm_score, pair_gate
-from prefpipe.reward.settings import BayesSettings, HeadSettings
+from prefpipe.settings.reward import BayesSettings, HeadSettings
 
 
 def preference_nll(score: torch.Tensor, tau: float) -> torch.Tensor:

@@ -24,7 +24,7 @@ from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import build_head
 from prefpipe.reward.pooling import gather_positions, pool
 from prefpipe.reward.scores import gpm_score, gpm_score_variance, mc_preference_prob, pair_gate
-from prefpipe.reward.settings import BayesSettings, HeadSettings, RewardSettings
+from prefpipe.settings.reward import BayesSettings, HeadSettings, RewardSettings
 
 log = logging.getLogger(__name__)
 

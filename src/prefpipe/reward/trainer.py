@@ -23,12 +23,13 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from transformers import get_scheduler
 
+from prefpipe.common.stage import StageInterrupted
 from prefpipe.reward import checkpoint as ckpt
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.losses import pair_loss
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
-from prefpipe.reward.settings import RewardSettings, accumulation_steps
+from prefpipe.settings.reward import RewardSettings, accumulation_steps
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_
 SUMMED = ("preference_loss", "kl_loss", "loss", "prob", "accuracy")
 
 
-class TrainingInterrupted(RuntimeError):
+class TrainingInterrupted(StageInterrupted):
     """Raised after the SIGTERM checkpoint is written; rerunning the stage resumes from it."""
 
     def __init__(self, step: int, path: Path) -> None:

@@ -1,0 +1,105 @@
+"""The frame every stage entry point runs in: arguments, settings, logging, offline environment, exit codes.
+
+    def main(argv=None) -> int:
+        return run_stage("train_reward", RewardSettings, train, PATHS, argv)
+
+- `--config`: the stage's settings as inline JSON or a .json/.yaml file (what the Snakemake rule passes),
+  rebuilt into the stage's typed settings (prefpipe.settings) and checked before anything is loaded.
+- Path arguments are declared with what they must be (`Path(kind=...)`); a missing folder, a missing file or a
+  folder that is not a model stops the stage before it starts.
+- The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
+- Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
+  naming it; 143 stopped by SIGTERM or 130 by SIGINT after a checkpoint (rerun to resume); 1 a bug (traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prefpipe.common.config import UserError, load_config_arg
+from prefpipe.common.logs import setup_logging
+
+T = TypeVar("T")
+EXIT_USER_ERROR = 2
+MODEL_MARKERS = ("config.json", "adapter_config.json", "head_config.json")
+
+
+class StageInterrupted(RuntimeError):
+    """Raised by a trainer after it checkpointed on a signal; `exit_code` is 143 (SIGTERM) or 130 (SIGINT)."""
+
+    exit_code = 143
+
+
+@dataclass(frozen=True)
+class PathArg:
+    """One path argument: `dir`, `file`, `model` (a model folder, or a hub id where no such path exists),
+    or `out` (created by the stage). `required=False` makes it optional (None when absent)."""
+
+    help: str
+    kind: str = "dir"
+    required: bool = True
+
+
+def check_path(flag: str, value: str | None, spec: PathArg) -> None:
+    if value is None or spec.kind == "out":
+        return
+    path = Path(value)
+    if spec.kind == "file" and not path.is_file():
+        raise UserError(f"{flag} {value}: no such file")
+    if spec.kind == "dir" and not path.is_dir():
+        raise UserError(f"{flag} {value}: no such folder")
+    if spec.kind == "model":
+        if path.is_dir():
+            if not any((path / marker).is_file() for marker in MODEL_MARKERS):
+                raise UserError(
+                    f"{flag} {value}: not a model folder (none of {', '.join(MODEL_MARKERS)} in it)"
+                )
+        elif path.exists() or not _looks_like_hub_id(value):
+            raise UserError(f"{flag} {value}: no such model folder")
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    return value.count("/") <= 1 and not value.startswith((".", "/", "~")) and not value.endswith(".json")
+
+
+def parse_stage_args(stage: str, paths: dict[str, PathArg], argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m prefpipe.{stage}")
+    parser.add_argument("--config", required=True, help="the stage's settings: inline JSON or a .json/.yaml")
+    for name, spec in paths.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, required=spec.required, help=spec.help)
+    return parser.parse_args(argv)
+
+
+def run_stage(
+    stage: str,
+    settings_cls: type[T],
+    body: Callable[[T, argparse.Namespace], Any],
+    paths: dict[str, PathArg],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse, check, run `body(settings, args)`; map the outcome to an exit code (module docstring)."""
+    from prefpipe.settings.pipeline import build_stage  # the settings layer imports common, not vice versa
+
+    setup_logging()
+    log = logging.getLogger(f"prefpipe.{stage}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    args = parse_stage_args(stage, paths, argv)
+    try:
+        for name, spec in paths.items():
+            check_path(f"--{name.replace('_', '-')}", getattr(args, name), spec)
+        settings = build_stage(settings_cls, load_config_arg(args.config), "config")
+        body(settings, args)
+    except UserError as err:
+        log.error("%s: %s", stage, " ".join(str(err).split()))
+        return EXIT_USER_ERROR
+    except StageInterrupted as stop:
+        log.warning("%s: %s", stage, stop)
+        return stop.exit_code
+    return 0

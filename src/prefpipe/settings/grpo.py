@@ -1,0 +1,74 @@
+"""Stage 4 settings (`grpo`): one GRPO run, `grpo.defaults` deep-merged with `grpo.runs.<run>`; the same
+settings drive policy evaluation (its own knobs under `eval`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prefpipe.settings.run import RunSettings
+
+
+@dataclass
+class GrpoLoraSettings:
+    enabled: bool
+    r: int
+    alpha: int
+    dropout: float
+    target_modules: str | list[str] | None
+
+
+@dataclass
+class PolicyEvalSettings:
+    primary: str  # headline decoding: sampled | greedy (both are always reported)
+    max_new_tokens: int
+    temperature: float  # sampled decoding; the KL estimate always samples at temperature 1
+    top_p: float
+    max_prompt_length: int | None
+    batch_size: int
+    max_prompts: int | None  # null = every held-out prompt
+    reward_batch_size: int
+    kl_estimate: bool
+
+
+@dataclass
+class GrpoSettings(RunSettings):
+    run: str
+    steps: int
+    prompts_per_step: int
+    num_generations: int
+    max_prompt_length: int | None
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    learning_rate: float
+    weight_decay: float
+    adam_betas: tuple[float, float]
+    warmup_steps: int
+    max_grad_norm: float
+    num_iterations: int
+    epsilon_low: float
+    epsilon_high: float
+    beta: float
+    kl_estimator: str
+    log_ratio_clamp: float | None
+    loss_type: str
+    scale_rewards: str
+    advantage_eps: float
+    mask_truncated_completions: bool
+    micro_batch_size: int
+    lora: GrpoLoraSettings
+    rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults
+    reward_model: str | None
+    sample_every: int
+    samples_per_log: int
+    checkpoint_every: int
+    keep_checkpoint: bool
+    save_merged: bool
+    device: str
+    dtype: str
+    eval: PolicyEvalSettings
+
+    def uses_reward_model(self) -> bool:
+        return any(spec["type"] == "reward_model" for spec in self.rewards)

@@ -1,0 +1,183 @@
+"""The whole experiment's settings, built once from the merged and validated config.
+
+The Snakefile builds one `PipelineSettings` from Snakemake's `config` and every rule asks it for what it
+needs (targets, a stage's settings, resources); a stage process gets its stage's settings as JSON and rebuilds
+the same dataclass with `stage_settings`. Tests build theirs through `load_config` + `PipelineSettings`, so
+nothing anywhere falls back to a value written in code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from prefpipe.common.config import ConfigError
+from prefpipe.settings import schema
+from prefpipe.settings.base import BaseSettings
+from prefpipe.settings.build import from_mapping, to_mapping
+from prefpipe.settings.data import DataSettings
+from prefpipe.settings.evaluation import EvalSettings
+from prefpipe.settings.grpo import GrpoSettings
+from prefpipe.settings.merge import deep_merge
+from prefpipe.settings.report import ReportSettings
+from prefpipe.settings.reward import RewardSettings
+from prefpipe.settings.run import RUN_WIDE_KEYS
+
+DEFAULT_CONFIG = schema.REPO_ROOT / "config" / "config.yaml"
+T = TypeVar("T")
+
+# Keys that steer the workflow (which variants and runs are built, whether a stage runs at all); no stage
+# process reads them.
+WORKFLOW_KEYS = {"reward": ("only",), "grpo": ("only", "enabled"), "report": ("enabled",)}
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file as a mapping; a parse error names the file and line."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = yaml.safe_load(handle)
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} does not exist") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path}: not valid YAML: {err}") from err
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
+    return loaded
+
+
+def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAULT_CONFIG) -> dict[str, Any]:
+    """config/config.yaml with each overlay (a file or a mapping) merged over it, as Snakemake merges
+    `--configfile` (settings/merge.py). Not yet validated: `PipelineSettings` does that."""
+    config = read_yaml(base)
+    for overlay in overlays:
+        config = deep_merge(config, overlay if isinstance(overlay, dict) else read_yaml(overlay))
+    return config
+
+
+def _narrow(names: list[str], only: list[str] | None, key: str, collection: str) -> list[str]:
+    if only is None:
+        return names
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ConfigError(f"{key} names {unknown}, which are not in {collection} ({names})")
+    return [name for name in names if name in only]
+
+
+@dataclass
+class PipelineSettings:
+    """The merged config, validated against the schema, with every stage's settings typed and checked."""
+
+    raw: dict[str, Any]
+    data: DataSettings
+    base: BaseSettings
+    reward: dict[str, RewardSettings]  # the variants this run trains (reward.only applied)
+    eval: EvalSettings
+    grpo: dict[str, GrpoSettings]  # the runs this run trains (grpo.enabled and grpo.only applied)
+    report: ReportSettings | None  # None when report.enabled is false
+    accelerate_config: (
+        str | None
+    )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
+        cfg = json.loads(json.dumps(config))  # a private, plain-JSON copy (schema defaults are filled in it)
+        schema.validate(cfg)
+        run = {key: cfg[key] for key in RUN_WIDE_KEYS if key != "torch_threads"} | {"torch_threads": threads}
+
+        def stage(cls_: type[T], section: dict[str, Any], key: str, **extra: Any) -> T:
+            return build_stage(cls_, {**run, **extra, **section}, key)
+
+        reward_section, grpo_section = cfg["reward"], cfg["grpo"]
+        variants = _narrow(
+            list(reward_section["variants"]), reward_section["only"], "reward.only", "reward.variants"
+        )
+        runs = list(grpo_section["runs"]) if grpo_section["enabled"] else []
+        runs = _narrow(runs, grpo_section["only"], "grpo.only", "grpo.runs")
+        reward = {
+            name: stage(
+                RewardSettings,
+                deep_merge(reward_section["defaults"], reward_section["variants"][name]),
+                f"reward.variants.{name}",
+                variant=name,
+            )
+            for name in variants
+        }
+        grpo = {
+            name: stage(
+                GrpoSettings,
+                deep_merge(grpo_section["defaults"], grpo_section["runs"][name]),
+                f"grpo.runs.{name}",
+                run=name,
+            )
+            for name in runs
+        }
+        for name, settings in grpo.items():
+            _check_reward_model(name, settings, variants, list(reward_section["variants"]))
+        data_map = {key: cfg["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        report_section = {k: v for k, v in cfg["report"].items() if k not in WORKFLOW_KEYS["report"]}
+        return cls(
+            raw=cfg,
+            data=stage(DataSettings, cfg["data"], "data"),
+            base=stage(BaseSettings, cfg["base"], "base"),
+            reward=reward,
+            eval=stage(EvalSettings, {"eval": cfg["eval"], "data": data_map}, "eval"),
+            grpo=grpo,
+            report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
+            accelerate_config=cfg["launch"]["accelerate_config"],
+        )
+
+    def resources(self, rule: str) -> dict[str, Any]:
+        """`resources.default` updated by `resources.<rule>` (merge rule 3)."""
+        table = self.raw["resources"]
+        return {**table["default"], **(table.get(rule) or {})}
+
+    def stage_json(self, settings: Any, threads: int | None) -> str:
+        """What a rule passes to its stage (`--config`): the stage's settings with the rule's threads."""
+        return json.dumps({**to_mapping(settings), "torch_threads": threads}, sort_keys=True)
+
+
+def _check_reward_model(run: str, settings: GrpoSettings, trained: list[str], declared: list[str]) -> None:
+    variant = settings.reward_model
+    if settings.uses_reward_model() and not variant:
+        raise ConfigError(f"grpo.runs.{run}: a reward_model reward needs grpo.runs.{run}.reward_model")
+    if variant and variant not in trained:
+        why = "narrowed away by reward.only" if variant in declared else "not in reward.variants"
+        raise ConfigError(
+            f"grpo.runs.{run}.reward_model = {variant!r} is {why} (variants trained: {trained}); "
+            f"add it to reward.only or leave run {run!r} out with grpo.only"
+        )
+
+
+# The schema part each stage's own keys follow (checked again in the stage process, so a stage started by hand
+# with a hand-written --config gets the same checks as one started by the workflow).
+STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
+    DataSettings: ("data.schema.yaml", ()),
+    BaseSettings: ("base.schema.yaml", ()),
+    RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
+    GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
+    ReportSettings: ("report.schema.yaml", ()),
+}
+
+
+def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
+    """A stage's typed settings from its mapping (schema-checked; every key present, none unknown); runs the
+    checks the schema cannot express."""
+    if cls is EvalSettings:
+        schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
+    elif cls in STAGE_SCHEMAS:
+        ref, names = STAGE_SCHEMAS[cls]
+        own = {k: v for k, v in values.items() if k not in RUN_WIDE_KEYS and k not in names}
+        schema.validate(own, ref, key)
+    settings = from_mapping(cls, values, key)
+    check = getattr(settings, "check", None)
+    if check is not None:
+        try:
+            check()
+        except ConfigError as err:
+            raise ConfigError(f"{key}.{err}") from err
+    return settings

@@ -1,0 +1,157 @@
+"""Stage 3 settings (`reward`): one variant's resolved settings, `reward.defaults` merged with the variant.
+
+Types only; the values and their defaults come from config/config.yaml, their ranges from the schema. What
+the schema cannot say (checks that depend on the head type) is asked of the head here, once, before any model
+is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prefpipe.common.config import ConfigError
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.run import RunSettings
+
+HEAD_TYPES = ("bt", "gpm", "bgpm")
+KL_MEANS = ("normalized", "raw", "variance_only")
+
+
+@dataclass
+class BayesSettings:
+    """Bayesian GPM options (read by the bgpm head only); config.yaml's defaults are the design-note fixes."""
+
+    kl_warmup_steps: int  # fix 1: linear KL warm-up (0 = full weight from step 0)
+    max_kl_weight: float  # fix 2: about batch / dataset size
+    kl_mean: str  # fix 3: mean used in the KL: normalized | raw | variance_only
+    prior_variance: float  # fix 4
+    logvar_init_scale: float  # fix 5a: multiplies the logvar half of the head weights at init
+    logvar_init_variance: float | None  # fix 5b: learnable logvar offset starting at log(this); None = none
+    logvar_clamp: tuple[float, float]
+    mc_samples: int  # Monte Carlo samples for P(c > r) in the sanity evaluation
+
+
+@dataclass
+class HeadSettings:
+    type: str
+    dim: int  # embedding size 2k for gpm/bgpm (must be even)
+    tau: float
+    normalize: bool
+    gate: bool
+    bayes: BayesSettings | None  # null only in model folders saved before every head carried it
+
+
+@dataclass
+class BackboneSettings:
+    kind: str  # auto | decoder | encoder
+    pooling: str  # auto (decoder: last, encoder: mean) | last | first | mean
+    trust_remote_code: bool
+    gradient_checkpointing: bool
+    precision: str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+    pad_token_fix: str  # tokenizer without pad token: eos (decoders only, logged) | error
+    attn_implementation: str | None
+
+
+@dataclass
+class LoraSettings:
+    enabled: bool
+    r: int
+    alpha: int
+    dropout: float
+    target_modules: list[str] | None  # None = peft's defaults for the architecture
+
+
+@dataclass
+class PairDataSettings:
+    max_length: int
+    padding_side: str  # right | left (pooling is mask-based, so both give the same scores)
+
+
+@dataclass
+class TrainSettings:
+    steps: int | None  # optimizer steps; None = epochs * ceil(pairs / batch_size)
+    epochs: float
+    batch_size: int  # pairs per optimizer step (all processes, all accumulation steps)
+    micro_batch_size: int  # pairs per forward pass per process
+    learning_rate: float
+    head_learning_rate: float | None  # None = learning_rate
+    weight_decay: float
+    warmup_steps: int
+    lr_schedule: str  # linear | cosine | constant
+    max_grad_norm: float
+    checkpoint_every: int  # optimizer steps between checkpoints (0 = only on SIGTERM)
+    keep_checkpoints: bool
+    resume: str  # auto: continue from <out>/checkpoints if present | never
+
+
+@dataclass
+class SanityEvalSettings:
+    batch_size: int
+    train_pairs: int  # pairs of pairs_train scored for the train-accuracy sanity figure (0 = skip)
+
+
+@dataclass
+class RewardSettings(RunSettings):
+    variant: str
+    head: HeadSettings
+    backbone: BackboneSettings
+    lora: LoraSettings
+    data: PairDataSettings
+    train: TrainSettings
+    eval: SanityEvalSettings
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_mapping(self)
+
+    def check(self) -> None:
+        """Checks the schema cannot express: they depend on the head type."""
+        _validate_head(self.head)
+
+
+def _check(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
+
+
+def _positive_int(value: Any, key: str, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    _check(ok, key, f"expected a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
+
+
+def _validate_head(head: HeadSettings) -> None:
+    _check(head.type in HEAD_TYPES, "head.type", f"expected one of {HEAD_TYPES}, got {head.type!r}")
+    _check(isinstance(head.tau, int | float) and head.tau > 0, "head.tau", f"must be > 0, got {head.tau!r}")
+    if head.type == "bt":
+        return
+    _positive_int(head.dim, "head.dim")
+    _check(head.dim % 2 == 0, "head.dim", f"must be even (2k: k rotation blocks of 2), got {head.dim}")
+    if head.type != "bgpm":
+        return
+    b = head.bayes
+    assert b is not None
+    _positive_int(b.kl_warmup_steps, "head.bayes.kl_warmup_steps", allow_zero=True)
+    _check(b.max_kl_weight >= 0, "head.bayes.max_kl_weight", f"must be >= 0, got {b.max_kl_weight}")
+    _check(b.kl_mean in KL_MEANS, "head.bayes.kl_mean", f"expected one of {KL_MEANS}, got {b.kl_mean!r}")
+    _check(b.prior_variance > 0, "head.bayes.prior_variance", f"must be > 0, got {b.prior_variance}")
+    _check(b.logvar_init_scale > 0, "head.bayes.logvar_init_scale", "must be > 0")
+    if b.logvar_init_variance is not None:
+        _check(b.logvar_init_variance > 0, "head.bayes.logvar_init_variance", "must be > 0 or null")
+    lo, hi = b.logvar_clamp
+    _check(
+        lo < hi,
+        "head.bayes.logvar_clamp",
+        f"expected [low, high] with low < high, got {list(b.logvar_clamp)}",
+    )
+    _positive_int(b.mc_samples, "head.bayes.mc_samples")
+
+
+def accumulation_steps(train: TrainSettings, num_processes: int) -> int:
+    """Micro-batches per process per optimizer step; the global batch must split evenly."""
+    per_step = train.micro_batch_size * num_processes
+    if train.batch_size % per_step:
+        raise ConfigError(
+            f"train.batch_size ({train.batch_size}) must be a multiple of train.micro_batch_size "
+            f"({train.micro_batch_size}) x processes ({num_processes})"
+        )
+    return train.batch_size // per_step

@@ -1,0 +1,28 @@
+"""The run-wide keys every stage receives beside its own section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class WandbSettings:
+    enabled: bool
+    mode: str  # offline | online | disabled
+    project: str
+
+
+@dataclass
+class RunSettings:
+    """Base of every stage's settings: the experiment's name and seed, tracking, and the rule's threads.
+
+    `torch_threads` is the Snakemake rule's `threads` (null in the provenance copy, which must not change
+    when only the thread count does)."""
+
+    experiment: str
+    seed: int
+    wandb: WandbSettings
+    torch_threads: int | None
+
+
+RUN_WIDE_KEYS = ("experiment", "seed", "wandb", "torch_threads")

@@ -1,0 +1,66 @@
+"""The config schema (workflow/schemas/*.schema.yaml): validation with errors that name the key, and the
+defaults the schema declares for list items (e.g. each GRPO reward source), filled in while validating."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from prefpipe.common.config import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+ROOT_SCHEMA = "config.schema.yaml"
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    path = SCHEMA_DIR / name
+    if not path.is_file():
+        raise ConfigError(f"schema file {path} is missing (prefpipe must run from its repository checkout)")
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def _retrieve(uri: str) -> Resource:
+    return Resource.from_contents(_load(uri.split("#")[0]))
+
+
+def _set_defaults(validator_class: type) -> type:
+    """A validator that also writes each property's `default` into the instance when the key is absent
+    (jsonschema's documented extension pattern; the schema is the owner of those defaults)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, Mapping) and "default" in sub and name not in instance:
+                    instance[name] = sub["default"]
+        yield from validate_properties(validator, props, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": properties})
+
+
+_Validator = _set_defaults(jsonschema.Draft202012Validator)
+
+
+def dotted(path: Any) -> str:
+    return ".".join(str(part) for part in path) or "<top level>"
+
+
+def validate(instance: dict[str, Any], ref: str = ROOT_SCHEMA, where: str = "config") -> None:
+    """Validate `instance` (in place: schema defaults are filled) against the schema `ref`
+    (`file.schema.yaml` or `file.schema.yaml#/$defs/name`); raise ConfigError naming the first bad key."""
+    registry = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
+    validator = _Validator({"$ref": ref}, registry=registry)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), list(map(str, e.path))))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"{prefix}{dotted(error.absolute_path)}: {error.message}")
