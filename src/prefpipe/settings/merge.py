@@ -7,7 +7,8 @@
    `grpo.defaults` deep-merged with `grpo.runs.<name>`; a rule's resources are `resources.default` updated by
    `resources.<rule>`.
 4. Merging can add or change variants and runs but never delete one: `reward.only` / `grpo.only` (a list of
-   names, null = all) narrow what is built.
+   names, null = all) narrow what is built; `grpo.enabled: false` / `report.enabled: false` leave a stage out;
+   an `eval.benchmarks.<name>: null` removes that benchmark.
 """
 
 from __future__ import annotations

@@ -119,6 +119,10 @@ class PipelineSettings:
         for name, settings in grpo.items():
             _check_reward_model(name, settings, variants, list(reward_section["variants"]))
         data_map = {key: cfg["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        benchmarks = {name: src for name, src in cfg["eval"]["benchmarks"].items() if src is not None}
+        if not benchmarks:
+            raise ConfigError("eval.benchmarks: every benchmark is null; keep at least one")
+        cfg["eval"]["benchmarks"] = benchmarks
         report_section = {k: v for k, v in cfg["report"].items() if k not in WORKFLOW_KEYS["report"]}
         return cls(
             raw=cfg,

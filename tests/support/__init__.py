@@ -1,0 +1,1 @@
+"""Shared test builders and fixtures: settings from the real config, tiny models, workflow copies."""
