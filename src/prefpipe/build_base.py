@@ -28,7 +28,7 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_dir, read_jsonl, write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.common.stage import PathArg, run_stage
+from prefpipe.common.stage import PathArg, check_path, run_stage
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import to_mapping
 
@@ -60,6 +60,7 @@ def make_model(cfg: BaseSettings, data_dir: Path) -> tuple[Any, Any, dict[str, A
         raise ConfigError(
             "base.pretrained must name a hub id or a local folder when base.source is pretrained"
         )
+    check_path("base.pretrained", cfg.pretrained, PathArg("the pretrained base", "model"))
     model, tokenizer, pad_added = load_pretrained(cfg.pretrained, cfg.trust_remote_code)
     return model, tokenizer, {"pretrained": cfg.pretrained, "pad_added": pad_added}
 

@@ -19,7 +19,9 @@ def pipeline(*overlays: dict[str, Any] | str, threads: int | None = 1) -> Pipeli
     return PipelineSettings.from_config(load_config(*overlays), threads=threads)
 
 
-def reward_settings(overrides: dict[str, Any] | None = None, variant: str = "gpm", **top: Any) -> RewardSettings:
+def reward_settings(
+    overrides: dict[str, Any] | None = None, variant: str = "gpm", **top: Any
+) -> RewardSettings:
     """One reward variant's settings: the default `variant` with `overrides` deep-merged over it.
     `top` sets run-wide keys (seed=3)."""
     overlay = {"reward": {"variants": {variant: overrides or {}}, "only": None}, **top}

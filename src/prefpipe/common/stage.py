@@ -96,7 +96,7 @@ def run_stage(
             check_path(f"--{name.replace('_', '-')}", getattr(args, name), spec)
         settings = build_stage(settings_cls, load_config_arg(args.config), "config")
         body(settings, args)
-    except UserError as err:
+    except (UserError, FileNotFoundError) as err:  # a missing input file is the user's to fix too
         log.error("%s: %s", stage, " ".join(str(err).split()))
         return EXIT_USER_ERROR
     except StageInterrupted as stop:

@@ -1,0 +1,172 @@
+"""The settings layer: config/config.yaml (and its schema) is the only owner of defaults, every config file
+loads through one typed layer, and the merge rules are the ones Snakemake applies."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import math
+import pkgutil
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+import prefpipe.settings
+from prefpipe.common.config import ConfigError
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.merge import deep_merge
+from prefpipe.settings.pipeline import PipelineSettings, load_config, read_yaml
+from prefpipe.settings.run import RUN_WIDE_KEYS
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_FILES = sorted((REPO / "config").rglob("*.yaml"))
+OVERLAYS = sorted((REPO / "config" / "experiments").glob("*.yaml")) + sorted(
+    (REPO / "tests" / "configs").glob("*.yaml")
+)
+STAGE_CONFIGS = [p for p in CONFIG_FILES if p.parent.name in ("config", "experiments")]
+
+
+def settings_dataclasses() -> list[type]:
+    found = []
+    for info in pkgutil.iter_modules(prefpipe.settings.__path__):
+        module = importlib.import_module(f"prefpipe.settings.{info.name}")
+        for value in vars(module).values():
+            if dataclasses.is_dataclass(value) and value.__module__ == module.__name__:
+                found.append(value)
+    return found
+
+
+def test_settings_dataclasses_declare_no_defaults():
+    """A default written in code would be a second owner beside config.yaml (the two used to disagree)."""
+    classes = [c for c in settings_dataclasses() if c.__name__ != "PipelineSettings"]
+    assert len(classes) >= 20
+    with_defaults = [
+        f"{cls.__name__}.{f.name}"
+        for cls in classes
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
+    assert with_defaults == []
+
+
+@pytest.mark.parametrize("path", STAGE_CONFIGS, ids=lambda p: p.name)
+def test_every_config_file_loads_through_the_settings_layer(path):
+    overlays = [] if path.name == "config.yaml" else [path]
+    settings = PipelineSettings.from_config(load_config(*overlays))
+    assert settings.reward and settings.eval.eval.benchmarks
+
+
+def _without_run_keys(mapping: dict, *names: str) -> dict:
+    return {k: v for k, v in mapping.items() if k not in RUN_WIDE_KEYS and k not in names}
+
+
+def test_each_stage_setting_is_the_value_in_config_yaml():
+    """Every field of every stage's settings comes from config.yaml, and every key there reaches a stage."""
+    raw = read_yaml(REPO / "config" / "config.yaml")
+    settings = PipelineSettings.from_config(copy.deepcopy(raw))
+    assert _without_run_keys(to_mapping(settings.data)) == raw["data"]
+    assert _without_run_keys(to_mapping(settings.base)) == raw["base"]
+    report = {k: v for k, v in raw["report"].items() if k != "enabled"}
+    assert _without_run_keys(to_mapping(settings.report)) == report
+    assert to_mapping(settings.eval)["eval"] == raw["eval"]
+    for name, variant in settings.reward.items():
+        expected = deep_merge(raw["reward"]["defaults"], raw["reward"]["variants"][name])
+        assert _without_run_keys(to_mapping(variant), "variant") == expected, name
+    for name, run in settings.grpo.items():
+        expected = deep_merge(raw["grpo"]["defaults"], raw["grpo"]["runs"][name])
+        got = _without_run_keys(to_mapping(run), "run")
+        # the schema fills each reward source's defaults (weight, opponent, ...): compare the given keys
+        for spec, given in zip(got.pop("rewards"), expected.pop("rewards"), strict=True):
+            assert {k: spec[k] for k in given} == given
+        assert got == expected, name
+    assert (settings.data.seed, settings.data.experiment) == (raw["seed"], raw["experiment"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_merge_rules_agree_with_snakemake(overlay):
+    """Snakemake merges --configfile with update_config; prefpipe's deep_merge must give the same config."""
+    base = read_yaml(REPO / "config" / "config.yaml")
+    theirs = copy.deepcopy(base)
+    update_config(theirs, read_yaml(overlay))
+    assert deep_merge(base, read_yaml(overlay)) == theirs
+
+
+def test_merge_replaces_lists_and_merges_mappings():
+    base = {"a": {"x": 1, "y": [1, 2]}, "b": [1]}
+    merged = deep_merge(base, {"a": {"y": [3]}, "b": None})
+    assert merged == {"a": {"x": 1, "y": [3]}, "b": None}
+    assert base == {"a": {"x": 1, "y": [1, 2]}, "b": [1]}  # inputs untouched
+
+
+def test_reward_only_that_drops_a_needed_variant_fails_naming_both():
+    with pytest.raises(ConfigError) as err:
+        PipelineSettings.from_config(load_config({"reward": {"only": ["bt", "gpm"]}}))
+    message = str(err.value)
+    assert "grpo.runs.bgpm_risk.reward_model = 'bgpm'" in message
+    assert "reward.only" in message
+
+
+def test_grpo_only_enabled_and_report_switch():
+    only = PipelineSettings.from_config(load_config({"grpo": {"only": ["verifier"]}}))
+    assert list(only.grpo) == ["verifier"]
+    off = PipelineSettings.from_config(
+        load_config({"grpo": {"enabled": False}, "report": {"enabled": False}, "reward": {"only": ["bt"]}})
+    )
+    assert off.grpo == {} and off.report is None and list(off.reward) == ["bt"]
+    with pytest.raises(ConfigError, match=r"grpo.only names \['nope'\]"):
+        PipelineSettings.from_config(load_config({"grpo": {"only": ["nope"]}}))
+
+
+@pytest.mark.parametrize(
+    ("overlay", "key"),
+    [
+        ({"reward": {"defaults": {"train": {"stepz": 1}}}}, "config.reward.defaults.train: Additional"),
+        ({"grpo": {"defaults": {"beta": "high"}}}, "config.grpo.defaults.beta: 'high' is not of type"),
+        ({"reward": {"variants": {"gpm": {"head": {"tau": math.inf}}}}}, "reward.variants.gpm.head.tau"),
+        ({"grpo": {"defaults": {"temperature": math.nan}}}, "grpo.runs.verifier.temperature"),
+        ({"eval": {"benchmarks": {"synthetic": None}}}, "eval.benchmarks: every benchmark is null"),
+    ],
+)
+def test_bad_values_name_the_key(overlay, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("[", r"\[")):
+        PipelineSettings.from_config(load_config(overlay))
+
+
+def test_a_stage_mapping_with_a_missing_or_unknown_key_is_refused():
+    from prefpipe.settings.pipeline import build_stage
+    from prefpipe.settings.reward import RewardSettings
+
+    good = to_mapping(PipelineSettings.from_config(load_config()).reward["gpm"])
+    missing = copy.deepcopy(good)
+    del missing["train"]["steps"]
+    with pytest.raises(ConfigError, match=r"config.train: missing key\(s\) steps"):
+        build_stage(RewardSettings, missing, "config")
+    extra = copy.deepcopy(good) | {"colour": "red"}
+    with pytest.raises(ConfigError, match="colour"):
+        build_stage(RewardSettings, extra, "config")
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reward:\n  only: [bt\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+
+
+def test_stage_json_round_trips_through_the_stage_builder():
+    from prefpipe.settings.pipeline import build_stage
+
+    settings = PipelineSettings.from_config(load_config())
+    for stage in [
+        settings.data,
+        settings.base,
+        settings.eval,
+        settings.report,
+        *settings.reward.values(),
+        *settings.grpo.values(),
+    ]:
+        rebuilt = build_stage(type(stage), yaml.safe_load(settings.stage_json(stage, 2)), "config")
+        assert rebuilt == dataclasses.replace(stage, torch_threads=2)
