@@ -6,127 +6,16 @@ The config is the stage's settings (prefpipe.settings.base.BaseSettings) as JSON
 source "scratch": train a BPE tokenizer on the world's text, build a tiny Llama, SFT it on demonstrations.
 source "pretrained": load `base.pretrained` (hub id or folder), optionally SFT it. Either way the model is
 saved with save_pretrained into <out>/model (atomically) and its held-out verifier accuracy, sampled and
-greedy, goes into summary.json.
+greedy, goes into summary.json. The work is in prefpipe.base.build.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-import time
-from pathlib import Path
-from typing import Any
 
-import torch
-
-from prefpipe.base.heldout import heldout_accuracy
-from prefpipe.base.model import build_tiny_llama, load_pretrained
-from prefpipe.base.sft import encode_demonstrations, train_sft
-from prefpipe.base.tokenizer import train_tokenizer
-from prefpipe.common.config import ConfigError
-from prefpipe.common.io import atomic_dir, read_jsonl, write_jsonl
-from prefpipe.common.run_record import RunRecord
-from prefpipe.common.seeding import seed_everything
-from prefpipe.common.stage import PathArg, check_path, run_stage
+from prefpipe.base.build import run
+from prefpipe.common.stage import PathArg, run_stage
 from prefpipe.settings.base import BaseSettings
-from prefpipe.settings.build import to_mapping
-
-log = logging.getLogger("prefpipe.build_base")
-
-
-def corpus_texts(data_dir: Path) -> list[str]:
-    """Text the scratch tokenizer learns from: demonstrations, train pairs and RL train prompts (no test data)."""
-    texts: list[str] = []
-    for row in read_jsonl(data_dir / "demonstrations.jsonl"):
-        texts += [row["prompt"], row["response"]]
-    pairs = data_dir / "pairs_train.jsonl"
-    if pairs.exists():
-        for row in read_jsonl(pairs):
-            texts += [row["prompt"], row["chosen"], row["rejected"]]
-    for row in read_jsonl(data_dir / "rl_prompts_train.jsonl"):
-        texts.append(row["prompt"])
-    return texts
-
-
-def make_model(cfg: BaseSettings, data_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
-    if cfg.source == "scratch":
-        tokenizer = train_tokenizer(
-            corpus_texts(data_dir), cfg.tokenizer.vocab_size, cfg.model.max_position_embeddings
-        )
-        model = build_tiny_llama(cfg.model, tokenizer, cfg.seed)
-        return model, tokenizer, {"pad_added": False}
-    if not cfg.pretrained:
-        raise ConfigError(
-            "base.pretrained must name a hub id or a local folder when base.source is pretrained"
-        )
-    check_path("base.pretrained", cfg.pretrained, PathArg("the pretrained base", "model"))
-    model, tokenizer, pad_added = load_pretrained(cfg.pretrained, cfg.trust_remote_code)
-    return model, tokenizer, {"pretrained": cfg.pretrained, "pad_added": pad_added}
-
-
-def build(cfg: BaseSettings, data_dir: Path, out: Path, record: RunRecord) -> dict[str, Any]:
-    """Run the stage; return the summary."""
-    seed = cfg.seed
-    seed_everything(seed)
-    timings: dict[str, float] = {}
-    t0 = time.time()
-    model, tokenizer, info = make_model(cfg, data_dir)
-    timings["build_s"] = time.time() - t0
-    sft_cfg = cfg.sft
-    sft_summary: dict[str, Any] = {"enabled": sft_cfg.enabled}
-    if sft_cfg.enabled:
-        t0 = time.time()
-        data = encode_demonstrations(
-            tokenizer, read_jsonl(data_dir / "demonstrations.jsonl"), sft_cfg.max_length
-        )
-        log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
-        sft_summary |= {"examples": len(data.examples), "skipped": dict(data.skipped)}
-        sft_summary |= train_sft(model, data, sft_cfg, tokenizer.pad_token_id, seed, log_step=record.log)
-        timings["sft_s"] = time.time() - t0
-    model.eval()
-    with atomic_dir(out / "model") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    t0 = time.time()
-    heldout_rows = read_jsonl(data_dir / "rl_prompts_heldout.jsonl")
-    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, cfg.heldout_eval, seed)
-    write_jsonl(out / "heldout_samples.jsonl", samples)
-    timings["heldout_eval_s"] = time.time() - t0
-    record.log(
-        step=None,
-        heldout_sampled_accuracy=heldout["sampled_accuracy"],
-        heldout_greedy_accuracy=heldout["greedy_accuracy"],
-    )
-    log.info(
-        "held-out accuracy: sampled %.3f, greedy %.3f (n=%d)",
-        heldout["sampled_accuracy"],
-        heldout["greedy_accuracy"],
-        heldout["n"],
-    )
-    return {
-        "source": cfg.source,
-        **info,
-        "model_dir": str(out / "model"),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tokenizer),
-        "special_tokens": {
-            "bos": tokenizer.bos_token,
-            "eos": tokenizer.eos_token,
-            "pad": tokenizer.pad_token,
-        },
-        "sft": sft_summary,
-        "heldout": heldout,
-        "timings_s": {k: round(v, 2) for k, v in timings.items()},
-    }
-
-
-def run(cfg: BaseSettings, args: argparse.Namespace) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    record = RunRecord(args.out, "build_base", to_mapping(cfg))
-    record.finish(build(cfg, Path(args.data), Path(args.out), record))
-
 
 PATHS = {"data": PathArg("prep_data output folder (results/data)"), "out": PathArg("output folder", "out")}
 

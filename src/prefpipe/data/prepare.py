@@ -1,0 +1,106 @@
+"""What the prep_data stage does: build or load every data file and summarise it (see prefpipe.prep_data)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from prefpipe.common.config import ConfigError
+from prefpipe.common.io import write_jsonl
+from prefpipe.common.run_record import RunRecord
+from prefpipe.data.synthetic_world import SUBSETS, World, build_world
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.data import DataSettings
+
+log = logging.getLogger("prefpipe.prep_data")
+FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
+
+
+def check_sections(
+    sections: dict[str, list[str]], cyclic: list[str], present: set[str], strict: bool
+) -> list[str]:
+    """Validate the subset -> section mapping; return the subsets present in the data but in no section.
+
+    `strict` (synthetic world): every mapped name must exist and every generated subset must be mapped.
+    """
+    mapped: dict[str, str] = {}
+    for section, names in sections.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"data.sections.{section} must be a list of subset names")
+        for name in names:
+            if name in mapped:
+                raise ConfigError(
+                    f"data.sections: subset {name!r} is in both {mapped[name]!r} and {section!r}"
+                )
+            mapped[name] = section
+    for name in cyclic:
+        if name in mapped:
+            raise ConfigError(f"data.cyclic_subsets: {name!r} is also in section {mapped[name]!r}")
+    unmapped = sorted(present - set(mapped) - set(cyclic))
+    if strict:
+        unknown = sorted((set(mapped) | set(cyclic)) - present)
+        if unknown:
+            raise ConfigError(
+                f"data.sections/cyclic_subsets name unknown subsets {unknown}; known: {list(SUBSETS)}"
+            )
+        if unmapped:
+            raise ConfigError(
+                f"data.sections: generated subsets {unmapped} are in no section or cyclic_subsets"
+            )
+    return unmapped
+
+
+def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
+    """Generate or load every file into `out`; return the summary (also written by the caller's record)."""
+    world: World = build_world(cfg.synthetic, cfg.seed)
+    report: dict[str, Any] | None = None
+    if cfg.source != "synthetic":
+        from prefpipe.data.sources import load_external_pairs  # optional path; imported only when used
+
+        world.pairs_train, world.pairs_test, report = load_external_pairs(
+            cfg.external, cfg.source, cfg.bad_rows, cfg.seed
+        )
+    present = {r["subset"] for r in world.pairs_train} | {r["subset"] for r in world.pairs_test}
+    sections, cyclic = cfg.sections, cfg.cyclic_subsets
+    unmapped = check_sections(sections, cyclic, present, strict=cfg.source == "synthetic")
+    if unmapped:
+        log.warning("subsets in no section (reported on their own): %s", unmapped)
+    rows = {name: getattr(world, name) for name in FILES}
+    for name, file_rows in rows.items():
+        write_jsonl(out / f"{name}.jsonl", file_rows)
+    demos = world.demonstrations
+    summary: dict[str, Any] = {
+        "source": cfg.source,
+        "seed": cfg.seed,
+        "files": {f"{name}.jsonl": len(file_rows) for name, file_rows in rows.items()},
+        "subsets": {
+            "train": dict(Counter(r["subset"] for r in world.pairs_train)),
+            "test": dict(Counter(r["subset"] for r in world.pairs_test)),
+        },
+        "sections": sections,
+        "cyclic_subsets": cyclic,
+        "unmapped_subsets": unmapped,
+        "demonstrations": {
+            "n": len(demos),
+            "wrong": world.stats["demonstrations_wrong"],
+            "error_rate": world.stats["demonstrations_wrong"] / max(len(demos), 1),
+            "per_kind": world.stats["demonstrations_per_kind"],
+        },
+        "rl_prompts": {
+            "train_per_kind": world.stats["rl_prompts_train_per_kind"],
+            "heldout_per_kind": world.stats["rl_prompts_heldout_per_kind"],
+        },
+    }
+    if report is not None:
+        summary["external"] = report
+    return summary
+
+
+def run(cfg: DataSettings, args: argparse.Namespace) -> None:
+    record = RunRecord(args.out, "prep_data", to_mapping(cfg))
+    summary = prepare(cfg, Path(args.out))
+    log.info("wrote %s", summary["files"])
+    record.finish(summary)
