@@ -24,16 +24,17 @@ def generate_completions(
     prompts: list[str],
     max_new_tokens: int,
     greedy: bool,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    batch_size: int = 64,
-    seed: int = 0,
+    batch_size: int,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
 ) -> list[str]:
     """Decode one completion per prompt (chat-formatted, left-padded batches, special tokens skipped)."""
     model.eval()
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
-    torch.manual_seed(seed)
+    if not greedy:  # sampling: same seed, same completions (greedy decoding draws nothing)
+        torch.manual_seed(seed)
     out: list[str] = []
     try:
         for start in range(0, len(prompts), batch_size):

@@ -95,17 +95,24 @@ class RunRecord:
             self.out_dir / "versions.json",
             {"packages": package_versions(), "device": device_facts(), "argv": sys.argv},
         )
-        self._wandb = self._init_wandb(config.get("wandb") or {})
+        self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
     def _init_wandb(self, wandb_cfg: dict[str, Any]):
-        if not wandb_cfg.get("enabled", False):
+        """wandb as the run's settings say (settings.run.WandbSettings); the run is named after the
+        experiment, the stage and the variant or run, so runs of one experiment can be told apart."""
+        if not wandb_cfg["enabled"]:
             return None
         import wandb
 
-        mode = wandb_cfg.get("mode", "offline")
+        mode = wandb_cfg["mode"]
+        parts = [
+            self.config.get("experiment"),
+            self.stage,
+            self.config.get("variant") or self.config.get("run"),
+        ]
         run = wandb.init(
-            project=wandb_cfg.get("project", "prefpipe"),
-            name=f"{self.stage}",
+            project=wandb_cfg["project"],
+            name="/".join(str(p) for p in parts if p),
             dir=str(self.out_dir),
             mode=mode,
             config=redact(self.config),

@@ -260,7 +260,7 @@ def load_external_pairs(
 
 
 def load_benchmark_rows(
-    path_or_id: str, split: str = "filtered", *, cache_dir: str | None = None, bad_rows: str = "drop"
+    path_or_id: str, split: str, *, bad_rows: str, cache_dir: str | None = None
 ) -> tuple[list[dict], dict]:
     """RewardBench-format rows (subsets kept) from a local .jsonl/.json/.parquet, a dataset folder or a hub id.
 

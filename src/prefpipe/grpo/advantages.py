@@ -24,9 +24,7 @@ class Advantages:
     frac_zero_std: float  # share of groups whose rewards are all equal (no learning signal)
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, scale_rewards: str = "group", eps: float = 1e-4
-) -> Advantages:
+def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str, eps: float) -> Advantages:
     """Advantages for rewards laid out prompt-major: rewards[i*G:(i+1)*G] belong to prompt i."""
     if scale_rewards not in SCALE_MODES:
         raise ValueError(f"grpo.scale_rewards must be one of {SCALE_MODES}, got {scale_rewards!r}")

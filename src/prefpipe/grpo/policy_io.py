@@ -34,9 +34,9 @@ def load_tokenizer(path: str | os.PathLike):
 
 def load_policy(
     path: str | os.PathLike,
-    lora: GrpoLoraSettings | None = None,
-    dtype: str = "float32",
-    device: str = "auto",
+    lora: GrpoLoraSettings | None,
+    dtype: str,
+    device: str,
 ):
     """(model, tokenizer, lora_state): lora_state is none (full fine-tuning), fresh or trained (adapter folder)."""
     torch_dtype = DTYPES[dtype]
@@ -66,7 +66,7 @@ def load_policy(
     return model.to(target), tokenizer, "none"
 
 
-def load_for_inference(path: str | os.PathLike, device: str = "auto"):
+def load_for_inference(path: str | os.PathLike, device: str):
     """A policy for evaluation (adapter folders are merged into their base), eval mode, no grad."""
     model, tokenizer, state = load_policy(path, None, "float32", device)
     if state == "trained":
