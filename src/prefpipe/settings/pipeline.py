@@ -98,24 +98,24 @@ class PipelineSettings:
         )
         runs = list(grpo_section["runs"]) if grpo_section["enabled"] else []
         runs = _narrow(runs, grpo_section["only"], "grpo.only", "grpo.runs")
-        reward = {
-            name: stage(
-                RewardSettings,
-                deep_merge(reward_section["defaults"], reward_section["variants"][name]),
-                f"reward.variants.{name}",
-                variant=name,
-            )
-            for name in variants
-        }
-        grpo = {
-            name: stage(
-                GrpoSettings,
-                deep_merge(grpo_section["defaults"], grpo_section["runs"][name]),
-                f"grpo.runs.{name}",
-                run=name,
-            )
-            for name in runs
-        }
+
+        def merged(
+            cls_: type[T], section: str, members: str, names: list[str], name_key: str
+        ) -> dict[str, T]:
+            """Each member (variant / run) is the section's defaults deep-merged with its own entry."""
+            entries, defaults = cfg[section][members], cfg[section]["defaults"]
+            return {
+                name: stage(
+                    cls_,
+                    deep_merge(defaults, entries[name]),
+                    f"{section}.{members}.{name}",
+                    **{name_key: name},
+                )
+                for name in names
+            }
+
+        reward = merged(RewardSettings, "reward", "variants", variants, "variant")
+        grpo = merged(GrpoSettings, "grpo", "runs", runs, "run")
         for name, settings in grpo.items():
             _check_reward_model(name, settings, variants, list(reward_section["variants"]))
         data_map = {key: cfg["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
