@@ -14,7 +14,7 @@ from prefpipe.base.model import build_tiny_llama
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.eval_rewardbench import main
-from prefpipe.evaluation.scorer import score_pairs
+from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.reward.losses import pair_loss
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.settings import parse_settings

@@ -11,7 +11,7 @@ import torch
 from prefpipe.common.io import read_jsonl
 from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.calibration import FLIP_CRITERION
-from prefpipe.evaluation.scorer import score_pairs
+from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.evaluation.sections import build_section_table
 
 

@@ -30,7 +30,7 @@ from prefpipe.common.seeding import seed_everything
 from prefpipe.evaluation.bench_data import SYNTHETIC, load_benchmark
 from prefpipe.evaluation.benchmark import evaluate_rows, write_parquet_atomic
 from prefpipe.evaluation.calibration import DEFAULT_COVERAGES
-from prefpipe.evaluation.scorer import PairScorer
+from prefpipe.evaluation.pair_scoring import PairScorer
 from prefpipe.evaluation.sections import XSTEST_WEIGHTS, build_section_table
 
 log = logging.getLogger("prefpipe.eval_rewardbench")

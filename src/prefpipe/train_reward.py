@@ -27,9 +27,9 @@ from prefpipe.common.config import ConfigError, load_config_arg
 from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs
+from prefpipe.reward.sanity_accuracy import pair_accuracy
 from prefpipe.reward.settings import RewardSettings, parse_settings
 from prefpipe.reward.trainer import RewardTrainer, TrainingInterrupted, make_accelerator
 
