@@ -131,7 +131,7 @@ class RewardModelReward:
             raise ConfigError(f"opponent must be group or reference, got {opponent!r}")
         if transform not in ("none", "sigmoid"):
             raise ConfigError(f"transform must be none or sigmoid, got {transform!r}")
-        if risk_aversion and rm.head_type != "bgpm":
+        if risk_aversion and not rm.bayesian:
             raise ConfigError(
                 f"risk_aversion needs a Bayesian reward model (bgpm), this one is {rm.head_type!r}"
             )
@@ -153,8 +153,8 @@ class RewardModelReward:
                 raise ValueError("reward_model opponent=reference needs reference completions")
             ref = self.rm.encode(inputs.prompts, inputs.reference_completions, batch_size=self.batch_size)
             return self._finish(*self.rm.compare(enc, ref))
-        if self.rm.head_type == "bt":
-            return self._finish(enc["reward"].reshape(-1), None)
+        if self.rm.scalar_reward:
+            return self._finish(self.rm.rewards(enc).reshape(-1), None)
         first, second = group_pair_index(len(inputs.completions), inputs.group_size)
         score, var = self.rm.compare(_rows(enc, first), _rows(enc, second))
         pairwise = self._finish(score.reshape(-1), None if var is None else var.reshape(-1))

@@ -13,7 +13,6 @@ from typing import Any
 
 from prefpipe.common.config import ConfigError
 
-HEAD_TYPES = ("bt", "gpm", "bgpm")
 KL_MEANS = ("normalized", "raw", "variance_only")
 TOP_LEVEL_KEYS = {
     "experiment",
@@ -143,31 +142,16 @@ def _positive_int(value: Any, key: str, allow_zero: bool = False) -> None:
     _check(ok, key, f"expected a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
 
 
+def _head_class(name: str) -> type:
+    from prefpipe.reward.heads import get_head_class  # heads import torch and this module: import on use
+
+    return get_head_class(name)
+
+
 def _validate_head(head: HeadSettings) -> None:
-    _check(head.type in HEAD_TYPES, "head.type", f"expected one of {HEAD_TYPES}, got {head.type!r}")
+    head_class = _head_class(head.type)  # unknown type: ConfigError naming head.type and the known heads
     _check(isinstance(head.tau, int | float) and head.tau > 0, "head.tau", f"must be > 0, got {head.tau!r}")
-    if head.type == "bt":
-        return
-    _positive_int(head.dim, "head.dim")
-    _check(head.dim % 2 == 0, "head.dim", f"must be even (2k: k rotation blocks of 2), got {head.dim}")
-    if head.type != "bgpm":
-        return
-    b = head.bayes
-    assert b is not None
-    _positive_int(b.kl_warmup_steps, "head.bayes.kl_warmup_steps", allow_zero=True)
-    _check(b.max_kl_weight >= 0, "head.bayes.max_kl_weight", f"must be >= 0, got {b.max_kl_weight}")
-    _check(b.kl_mean in KL_MEANS, "head.bayes.kl_mean", f"expected one of {KL_MEANS}, got {b.kl_mean!r}")
-    _check(b.prior_variance > 0, "head.bayes.prior_variance", f"must be > 0, got {b.prior_variance}")
-    _check(b.logvar_init_scale > 0, "head.bayes.logvar_init_scale", "must be > 0")
-    if b.logvar_init_variance is not None:
-        _check(b.logvar_init_variance > 0, "head.bayes.logvar_init_variance", "must be > 0 or null")
-    lo, hi = b.logvar_clamp
-    _check(
-        lo < hi,
-        "head.bayes.logvar_clamp",
-        f"expected [low, high] with low < high, got {list(b.logvar_clamp)}",
-    )
-    _positive_int(b.mc_samples, "head.bayes.mc_samples")
+    head_class.check_settings(head)  # dim, bayes options, ...: each head checks its own keys
 
 
 def parse_settings(cfg: dict[str, Any]) -> RewardSettings:
@@ -187,11 +171,12 @@ def parse_settings(cfg: dict[str, Any]) -> RewardSettings:
     head_raw = dict(cfg.get("head") or {})
     raw_bayes = head_raw.pop("bayes", None)
     head = _fill(HeadSettings, head_raw, "head")
-    if raw_bayes is not None and head.type != "bgpm":
+    bayesian = _head_class(head.type).bayesian
+    if raw_bayes is not None and not bayesian:
         raise ConfigError(
             f"head.bayes (KL / prior / logvar options) is only valid with head.type 'bgpm', got {head.type!r}"
         )
-    if head.type == "bgpm":
+    if bayesian:
         bayes = _fill(BayesSettings, raw_bayes, "head.bayes")
         clamp = bayes.logvar_clamp
         _check(
