@@ -14,8 +14,7 @@ from prefpipe.base.model import build_tiny_llama
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.eval_rewardbench import main
-from prefpipe.evaluation.scorer import score_pairs
-from prefpipe.reward.losses import pair_loss
+from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.settings import parse_settings
 from prefpipe.train_reward import main as train_reward_main
@@ -65,7 +64,7 @@ def _train(base, head_cfg, rows, steps=12, batch=16):
         enc = rm.encoder
         out_c = rm(**enc.pad(enc.tokenize_many(prompts, [r["chosen"] for r in chunk])))
         out_r = rm(**enc.pad(enc.tokenize_many(prompts, [r["rejected"] for r in chunk])))
-        parts = pair_loss(settings.head, out_c, out_r, step)
+        parts = rm.head.training_loss(settings.head, out_c, out_r, step)
         opt.zero_grad()
         parts.loss.backward()
         opt.step()

@@ -11,7 +11,7 @@ import torch
 from prefpipe.common.io import read_jsonl
 from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.calibration import FLIP_CRITERION
-from prefpipe.evaluation.scorer import score_pairs
+from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.evaluation.sections import build_section_table
 
 
@@ -20,6 +20,7 @@ class LengthRuleScorer:
 
     head_type = "bt"
     tau = 1.0
+    bayesian = False
 
     def __init__(self):
         self.batches: list[list[int]] = []
@@ -37,6 +38,7 @@ class GaussianLengthScorer:
 
     head_type = "bgpm"
     tau = 0.5
+    bayesian = True
 
     def encode(self, prompts, responses, batch_size=16):
         mean = torch.tensor([len(r) / 100 for r in responses], dtype=torch.float64)
@@ -122,16 +124,16 @@ class _BrokenScorer(LengthRuleScorer):
 
 
 @pytest.mark.parametrize(
-    ("mode", "head", "message"),
+    ("mode", "bayesian", "message"),
     [
-        ("rows", "bt", "expected 2 rows"),
-        ("nan", "bt", "non-finite scores"),
-        ("ok", "bgpm", "must return a score variance"),
+        ("rows", False, "expected 2 rows"),
+        ("nan", False, "non-finite scores"),
+        ("ok", True, "must return a score variance"),
     ],
 )
-def test_bad_model_output_is_a_clear_error(mode, head, message):
+def test_bad_model_output_is_a_clear_error(mode, bayesian, message):
     scorer = _BrokenScorer(mode)
-    scorer.head_type = head
+    scorer.bayesian = bayesian
     with pytest.raises(ValueError, match=message):
         score_pairs(scorer, ["p"] * 3, ["aa", "b", "ccc"], ["a", "bb", "c"], batch_size=2)
 

@@ -10,8 +10,8 @@ import torch
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
+from prefpipe.evaluation.accuracy_summary import leaderboard_v1_score, section_scores, summarize_scores
 from prefpipe.evaluation.benchmark import evaluate_rows
-from prefpipe.evaluation.scoring import leaderboard_v1_score, section_scores, summarize_scores
 from prefpipe.evaluation.sections import build_section_table
 
 SYNTH_SECTIONS = {

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_grpo_tiny import reward_spec
 
 from prefpipe import build_base, prep_data
 from prefpipe.data.verifier import verify
@@ -60,7 +61,7 @@ def test_short_verifier_run_on_the_default_base_raises_heldout_accuracy(default_
             "num_generations": 8,
             "max_new_tokens": 16,
             "learning_rate": 5e-4,
-            "rewards": [{"type": "verifier"}],
+            "rewards": [reward_spec("verifier")],
             "sample_every": 0,
             "checkpoint_every": 0,
         }

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_grpo_tiny import reward_spec
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ def test_grpo_steps_on_smollm2_with_a_reward_model(smollm_dir, minilm_gpm, tmp_p
             "num_iterations": 2,
             "micro_batch_size": 8,
             "lora": {"enabled": True, "r": 8, "alpha": 16},
-            "rewards": [{"type": "reward_model", "weight": 1.0}, {"type": "verifier", "weight": 1.0}],
+            "rewards": [reward_spec("reward_model"), reward_spec("verifier")],
             "sample_every": 1,
             "checkpoint_every": 0,
         }

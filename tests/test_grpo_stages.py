@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from test_grpo_tiny import reward_spec, tiny_llama, tiny_tokenizer
 
 from prefpipe import eval_policy, train_grpo
 from prefpipe.common.io import read_jsonl, write_jsonl
@@ -61,13 +61,13 @@ GRPO_SECTION = {
         "learning_rate": 1e-2,
         "sample_every": 1,
         "checkpoint_every": 2,
-        "rewards": [{"type": "verifier", "weight": 1.0}],
+        "rewards": [reward_spec("verifier")],
     },
     "runs": {
         "gpm": {
             "reward_model": "gpm",
             "beta": 0.04,
-            "rewards": [{"type": "reward_model", "weight": 1.0}, {"type": "verifier", "weight": 1.0}],
+            "rewards": [reward_spec("reward_model"), reward_spec("verifier")],
         },
         "lora": {"lora": {"enabled": True, "r": 4, "alpha": 8}, "beta": 0.04},
     },
@@ -233,7 +233,7 @@ def test_reference_opponent_builds_greedy_reference_completions(folders, tmp_pat
     from prefpipe.grpo.trainer import GRPOTrainer
     from prefpipe.reward.model import load_reward_model
 
-    specs = [{"type": "reward_model", "opponent": "reference"}]
+    specs = [reward_spec("reward_model", opponent="reference")]
     cfg = GRPOConfig.from_dict(
         {
             "steps": 2,

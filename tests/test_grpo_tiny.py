@@ -6,11 +6,14 @@ Imported by the other tests/test_grpo_*.py (pytest puts tests/ on sys.path); it 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import torch
+import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+GRPO_SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "grpo.schema.yaml"
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 CORPUS = [
     "What is 2 plus 3? 5",
@@ -72,3 +75,14 @@ def tiny_llama(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2) -> L
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+@functools.lru_cache(maxsize=1)
+def _reward_spec_defaults() -> dict:
+    props = yaml.safe_load(GRPO_SCHEMA.read_text())["$defs"]["reward_fn"]["properties"]
+    return {key: prop["default"] for key, prop in props.items() if "default" in prop}
+
+
+def reward_spec(type_: str, **overrides) -> dict:
+    """A complete `grpo.rewards` entry as the settings layer passes it: the schema's defaults, then overrides."""
+    return {**_reward_spec_defaults(), "type": type_, **overrides}

@@ -182,14 +182,14 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
 
 def test_real_evaluation_summary_shape_is_read(tmp_path):
     """The evaluation stage's own summarize_scores output (if present) lands in the same tables."""
-    scoring = pytest.importorskip("prefpipe.evaluation.scoring")
+    accuracy_summary = pytest.importorskip("prefpipe.evaluation.accuracy_summary")
     sections = pytest.importorskip("prefpipe.evaluation.sections")
     if not hasattr(sections, "build_section_table"):
         pytest.skip("prefpipe.evaluation.sections.build_section_table not available")
     table = sections.build_section_table({"chat": ["a", "b"], "safety": ["c"]}, cyclic_subsets=["cyc"])
     subsets = ["a"] * 4 + ["b"] * 2 + ["c"] * 4 + ["cyc"] * 3
     correct = [1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1, 1, 0]
-    summary = scoring.summarize_scores(subsets, [bool(c) for c in correct], table)
+    summary = accuracy_summary.summarize_scores(subsets, [bool(c) for c in correct], table)
     root = tmp_path / "results"
     (root / "eval" / "v").mkdir(parents=True)
     (root / "eval" / "v" / "summary.json").write_text(json.dumps({"benchmark": "synthetic", **summary}))

@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from prefpipe.reward.heads import BayesianGPMHead, GPMHead, PromptGate
-from prefpipe.reward.losses import gaussian_kl, kl_beta, kl_mean_term, pair_loss, preference_nll
+from prefpipe.reward.heads import pair_loss
+from prefpipe.reward.heads.bgpm import BayesianGPMHead
+from prefpipe.reward.heads.gpm import GPMHead, PromptGate
+from prefpipe.reward.losses import gaussian_kl, kl_beta, kl_mean_term, preference_nll
 from prefpipe.reward.scores import (
     gpm_score,
     gpm_score_variance,

@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from prefpipe.common.seeding import seed_everything
-from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import read_pairs
+from prefpipe.reward.sanity_accuracy import pair_accuracy
 from prefpipe.reward.settings import parse_settings
 from prefpipe.reward.trainer import RewardTrainer
 

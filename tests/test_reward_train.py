@@ -16,8 +16,8 @@ import torch
 from test_reward_support import build, rps_pairs, save_tiny_base, write_jsonl
 
 from prefpipe.data import synthetic_cyclic
-from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.pairs import Pair
+from prefpipe.reward.sanity_accuracy import pair_accuracy
 from prefpipe.reward.trainer import RewardTrainer, TrainingInterrupted
 from prefpipe.train_reward import main
 

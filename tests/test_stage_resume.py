@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from test_grpo_tiny import reward_spec, tiny_llama, tiny_tokenizer
 from test_reward_support import rps_pairs, save_tiny_base
 
 from prefpipe.common.io import write_jsonl
@@ -214,7 +214,7 @@ GRPO_CONFIG = {
     "micro_batch_size": 5,
     "sample_every": 7,
     "checkpoint_every": 0,
-    "rewards": [{"type": "verifier", "weight": 1.0}, {"type": "format", "weight": 0.5, "pattern": "[0-9]"}],
+    "rewards": [reward_spec("verifier"), reward_spec("format", weight=0.5, pattern="[0-9]")],
 }
 PROMPTS = [
     ("What is 2 plus 3?", "5", "add"),

@@ -80,9 +80,9 @@ def _reward_model_block(
     }
     if var is not None:
         out["mean_score_std"] = float(var.clamp(min=0).sqrt().mean())
-    if rm.head_type == "bt":
-        out["base_mean_reward"] = float(enc_base["reward"].mean())
-        out["trained_mean_reward"] = float(enc_trained["reward"].mean())
+    if rm.scalar_reward:
+        out["base_mean_reward"] = float(rm.rewards(enc_base).mean())
+        out["trained_mean_reward"] = float(rm.rewards(enc_trained).mean())
     return out | {"_scores": score.tolist()}
 
 

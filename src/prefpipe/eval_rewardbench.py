@@ -28,7 +28,7 @@ from prefpipe.common.seeding import seed_everything
 from prefpipe.common.stage import PathArg, run_stage
 from prefpipe.evaluation.bench_data import SYNTHETIC, load_benchmark
 from prefpipe.evaluation.benchmark import evaluate_rows, write_parquet_atomic
-from prefpipe.evaluation.scorer import PairScorer
+from prefpipe.evaluation.pair_scoring import PairScorer
 from prefpipe.evaluation.sections import build_section_table
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.evaluation import EvalSettings

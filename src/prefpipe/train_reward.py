@@ -26,9 +26,9 @@ from accelerate.utils import DistributedType
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
 from prefpipe.common.stage import PathArg, run_stage
-from prefpipe.reward.evaluate import pair_accuracy
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs
+from prefpipe.reward.sanity_accuracy import pair_accuracy
 from prefpipe.reward.trainer import RewardTrainer, make_accelerator
 from prefpipe.settings.reward import RewardSettings
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
     DEFAULT_COVERAGES,
     POINT_METHOD,
@@ -26,8 +27,7 @@ from prefpipe.evaluation.calibration import (
     mc_expected_sigmoid,
     sigmoid,
 )
-from prefpipe.evaluation.scorer import PairScorer, score_pairs
-from prefpipe.evaluation.scoring import is_correct, summarize_scores
+from prefpipe.evaluation.pair_scoring import PairScorer, score_pairs
 from prefpipe.evaluation.sections import SectionTable
 
 PER_EXAMPLE_COLUMNS = (

@@ -12,13 +12,12 @@ With one micro-batch these are exactly the textbook definitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from prefpipe.grpo.kl import per_token_kl
-
-AGGREGATIONS = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
 @dataclass
@@ -66,20 +65,39 @@ def clipped_surrogate(
     return per_token, {"ratio": ratio.detach(), "low": low, "high": high}
 
 
+def _grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1.0)
+    return per_seq.sum() / norms.num_sequences
+
+
+def _bnpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / m.sum().clamp(min=1.0) / norms.num_micro_batches
+
+
+def _dr_grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / (norms.num_sequences * norms.max_completion_length)
+
+
+def _dapo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / max(norms.num_tokens, 1)
+
+
+# grpo.loss_type -> f(per-token loss * mask, float mask, norms): the micro-batch's share of the batch loss
+AGGREGATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, BatchNorms], torch.Tensor]] = {
+    "grpo": _grpo,
+    "bnpo": _bnpo,
+    "dr_grpo": _dr_grpo,
+    "dapo": _dapo,
+}
+AGGREGATIONS = tuple(AGGREGATORS)
+
+
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norms: BatchNorms) -> torch.Tensor:
     """Scalar loss of one micro-batch; summed over micro-batches it gives the batch loss (see docstring)."""
+    if mode not in AGGREGATORS:
+        raise ValueError(f"grpo.loss_type must be one of {AGGREGATIONS}, got {mode!r}")
     m = mask.float()
-    masked = per_token * m
-    if mode == "grpo":
-        per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1.0)
-        return per_seq.sum() / norms.num_sequences
-    if mode == "bnpo":
-        return masked.sum() / m.sum().clamp(min=1.0) / norms.num_micro_batches
-    if mode == "dr_grpo":
-        return masked.sum() / (norms.num_sequences * norms.max_completion_length)
-    if mode == "dapo":
-        return masked.sum() / max(norms.num_tokens, 1)
-    raise ValueError(f"grpo.loss_type must be one of {AGGREGATIONS}, got {mode!r}")
+    return AGGREGATORS[mode](per_token * m, m, norms)
 
 
 @dataclass

@@ -1,15 +1,19 @@
 """Reward functions for GRPO, combined as a weighted sum configured in `grpo.rewards`.
 
-Every function maps the decoded completions of a batch to one float per completion. Reward models keep their
-own tokenizer: completions are decoded to text here and the reward model re-tokenizes (rm.encode), so a
-policy/reward-model vocabulary mismatch cannot silently misalign tokens.
+Every function maps the decoded completions of a batch to one float per completion. Each `grpo.rewards[].type`
+is a registered reward source (REWARD_SOURCES: name -> factory(spec, reward_model)); a spec arrives COMPLETE,
+its defaults filled from workflow/schemas/grpo.schema.yaml ($defs.reward_fn) by the settings layer, so the
+factories read keys without fallbacks. A new source is one function under `@register_reward_source`.
 
-Reward-model rewards by head type:
-  bt    the scalar reward r(x, y) (or r(y) - r(y_ref) against a reference completion)
-  gpm   group-relative preference: r_i = mean_{j != i} s(y_i > y_j | x) over the prompt's G completions,
-        or s(y_i > y_ref | x) against a reference completion (GPO's opponent)
-  bgpm  the same with the posterior-mean score; risk_aversion lambda > 0 uses s - lambda * std(s) per
-        comparison (a lower confidence bound, so the policy is not paid for pairs the model is unsure about)
+Reward models keep their own tokenizer: completions are decoded to text here and the reward model
+re-tokenizes (rm.encode), so a policy/reward-model vocabulary mismatch cannot silently misalign tokens.
+Reward-model rewards follow what the head offers:
+  scalar heads (BT)  the scalar reward r(x, y) (or s(y > y_ref) = r(y) - r(y_ref) against a reference)
+  pairwise (GPM)     group-relative preference: r_i = mean_{j != i} s(y_i > y_j | x) over the prompt's G
+                     completions, or s(y_i > y_ref | x) against a reference completion (GPO's opponent)
+  Bayesian (bgpm)    the same with the posterior-mean score; risk_aversion lambda > 0 uses s - lambda * std(s)
+                     per comparison (a lower confidence bound, so the policy is not paid for pairs the model is
+                     unsure about)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import string
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -119,27 +124,16 @@ def group_pair_index(num_completions: int, group_size: int) -> tuple[torch.Tenso
 
 
 class RewardModelReward:
-    """Reward from a prefpipe reward model (bt | gpm | bgpm); see the module docstring for the formulas."""
+    """Reward from a prefpipe reward model; see the module docstring for the formulas."""
 
-    def __init__(
-        self,
-        rm,
-        opponent: str = "group",
-        risk_aversion: float = 0.0,
-        transform: str = "none",
-        batch_size: int = 16,
-    ) -> None:
+    def __init__(self, rm, *, opponent: str, risk_aversion: float, transform: str, batch_size: int) -> None:
         if opponent not in ("group", "reference"):
-            raise ConfigError(
-                f"grpo.rewards[reward_model].opponent must be group or reference, got {opponent!r}"
-            )
+            raise ConfigError(f"opponent must be group or reference, got {opponent!r}")
         if transform not in ("none", "sigmoid"):
+            raise ConfigError(f"transform must be none or sigmoid, got {transform!r}")
+        if risk_aversion and not rm.bayesian:
             raise ConfigError(
-                f"grpo.rewards[reward_model].transform must be none or sigmoid, got {transform!r}"
-            )
-        if risk_aversion and rm.head_type != "bgpm":
-            raise ConfigError(
-                f"grpo.rewards[reward_model].risk_aversion needs a bgpm reward model, this one is {rm.head_type!r}"
+                f"risk_aversion needs a Bayesian reward model (bgpm), this one is {rm.head_type!r}"
             )
         self.rm, self.opponent, self.risk_aversion = rm, opponent, float(risk_aversion)
         self.transform, self.batch_size = transform, batch_size
@@ -159,53 +153,113 @@ class RewardModelReward:
                 raise ValueError("reward_model opponent=reference needs reference completions")
             ref = self.rm.encode(inputs.prompts, inputs.reference_completions, batch_size=self.batch_size)
             return self._finish(*self.rm.compare(enc, ref))
-        if self.rm.head_type == "bt":
-            return self._finish(enc["reward"].reshape(-1), None)
+        if self.rm.scalar_reward:
+            return self._finish(self.rm.rewards(enc).reshape(-1), None)
         first, second = group_pair_index(len(inputs.completions), inputs.group_size)
         score, var = self.rm.compare(_rows(enc, first), _rows(enc, second))
         pairwise = self._finish(score.reshape(-1), None if var is None else var.reshape(-1))
         return pairwise.view(-1, inputs.group_size - 1).mean(dim=1)
 
 
+# ----------------------------------------------------------------------------------------- registry
+RewardFactory = Callable[[dict[str, Any], Any], RewardFn]  # (complete spec, reward model or None) -> function
+
+
+def _never(spec: dict[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class RewardSource:
+    """One `grpo.rewards[].type`: its factory, the spec keys it reads, whether it needs reference completions."""
+
+    factory: RewardFactory
+    keys: tuple[str, ...] = ()  # read by the factory, besides COMMON_KEYS
+    needs_reference: Callable[[dict[str, Any]], bool] = _never
+
+
+COMMON_KEYS = ("type", "name", "weight")  # name null = the type
+REWARD_SOURCES: dict[str, RewardSource] = {}
+
+
+def register_reward_source(
+    name: str, keys: tuple[str, ...] = (), needs_reference: Callable[[dict[str, Any]], bool] = _never
+) -> Callable[[RewardFactory], RewardFactory]:
+    """Decorator: `factory(spec, reward_model)` builds the reward function of `type: <name>` specs."""
+
+    def decorate(factory: RewardFactory) -> RewardFactory:
+        REWARD_SOURCES[name] = RewardSource(factory, keys, needs_reference)
+        return factory
+
+    return decorate
+
+
+def _rule(fn: RewardFn) -> RewardFactory:
+    return lambda spec, reward_model: fn
+
+
+register_reward_source("verifier")(_rule(verifier_reward))
+register_reward_source("exact_match")(_rule(exact_match_reward))
+register_reward_source("token_f1")(_rule(token_f1_reward))
+
+
+@register_reward_source("format", keys=("pattern",))
+def _format_source(spec: dict[str, Any], reward_model) -> RewardFn:
+    return make_format_reward(spec["pattern"])
+
+
+@register_reward_source(
+    "reward_model",
+    keys=("opponent", "risk_aversion", "transform", "batch_size"),
+    needs_reference=lambda spec: spec["opponent"] == "reference",
+)
+def _reward_model_source(spec: dict[str, Any], reward_model) -> RewardFn:
+    if reward_model is None:
+        raise ConfigError("needs a reward model, but no --reward-model was given")
+    return RewardModelReward(
+        reward_model,
+        opponent=spec["opponent"],
+        risk_aversion=spec["risk_aversion"],
+        transform=spec["transform"],
+        batch_size=int(spec["batch_size"]),
+    )
+
+
 # ----------------------------------------------------------------------------------------- assembly
-RULE_REWARDS: dict[str, RewardFn] = {
-    "verifier": verifier_reward,
-    "exact_match": exact_match_reward,
-    "token_f1": token_f1_reward,
-}
-REWARD_TYPES = (*RULE_REWARDS, "format", "reward_model")
+def _source(spec: dict[str, Any], key: str) -> RewardSource:
+    kind = spec.get("type")
+    if kind not in REWARD_SOURCES:
+        raise ConfigError(f"{key}.type must be one of {tuple(REWARD_SOURCES)}, got {kind!r}")
+    return REWARD_SOURCES[kind]
+
+
+def _check_complete(spec: dict[str, Any], source: RewardSource, key: str) -> None:
+    missing = [k for k in (*COMMON_KEYS, *source.keys) if k not in spec]
+    if missing:
+        raise ConfigError(
+            f"{key} ({spec['type']}) lacks {missing}: reward specs must arrive complete, with the defaults "
+            "of workflow/schemas/grpo.schema.yaml ($defs.reward_fn)"
+        )
 
 
 def build_rewards(specs: list[dict], reward_model=None) -> list[WeightedReward]:
-    """Turn `grpo.rewards` (a list of {type, weight, ...}) into weighted reward functions."""
+    """Turn `grpo.rewards` (a list of complete {type, name, weight, ...} specs) into weighted reward functions."""
     if not specs:
         raise ConfigError("grpo.rewards is empty: GRPO needs at least one reward function")
     built, names = [], set()
     for pos, spec in enumerate(specs):
-        kind = spec.get("type")
         key = f"grpo.rewards[{pos}]"
-        if kind not in REWARD_TYPES:
-            raise ConfigError(f"{key}.type must be one of {REWARD_TYPES}, got {kind!r}")
-        name = spec.get("name", kind)
+        source = _source(spec, key)
+        _check_complete(spec, source, key)
+        name = spec["type"] if spec["name"] is None else spec["name"]
         if name in names:
             raise ConfigError(f"{key}.name {name!r} is used twice; give each reward a distinct name")
         names.add(name)
-        weight = float(spec.get("weight", 1.0))
-        if kind in RULE_REWARDS:
-            fn = RULE_REWARDS[kind]
-        elif kind == "format":
-            fn = make_format_reward(spec.get("pattern"))
-        else:
-            if reward_model is None:
-                raise ConfigError(f"{key} is a reward_model reward but no --reward-model was given")
-            fn = RewardModelReward(
-                reward_model,
-                opponent=spec.get("opponent", "group"),
-                risk_aversion=spec.get("risk_aversion", 0.0),
-                transform=spec.get("transform", "none"),
-                batch_size=int(spec.get("batch_size", 16)),
-            )
-        built.append(WeightedReward(name, weight, fn))
+        try:
+            fn = source.factory(spec, reward_model)
+        except ConfigError as err:
+            raise ConfigError(f"{key} ({spec['type']}): {err}") from err
+        built.append(WeightedReward(name, float(spec["weight"]), fn))
     return built
 
 
@@ -230,4 +284,5 @@ def compute_rewards(
 
 
 def needs_reference_completions(specs: list[dict]) -> bool:
-    return any(s.get("type") == "reward_model" and s.get("opponent", "group") == "reference" for s in specs)
+    """Some reward compares against the reference policy's completion (e.g. reward_model opponent=reference)."""
+    return any(_source(spec, f"grpo.rewards[{pos}]").needs_reference(spec) for pos, spec in enumerate(specs))

@@ -1,7 +1,8 @@
-"""Training losses: preference NLL for every head, the Bayesian KL term and its beta schedule.
+"""Training-loss math: preference NLL for every head, the Bayesian KL term and its beta schedule.
 
-`pair_loss` turns the head outputs for the chosen and rejected halves of a batch into the scalar loss plus
-the parts the trainer logs (preference_loss, kl_loss, kl_beta, prob, accuracy).
+Each head's `training_loss` (prefpipe.reward.heads) combines these into `LossParts`: the scalar loss plus the
+parts the trainer logs (preference_loss, kl_loss, kl_beta, prob, accuracy); `heads.pair_loss` dispatches on
+the head settings.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-from prefpipe.reward.scores import gpm_score, pair_gate
-from prefpipe.settings.reward import BayesSettings, HeadSettings
 
 
 def preference_nll(score: torch.Tensor, tau: float) -> torch.Tensor:
@@ -55,31 +53,3 @@ class LossParts:
     kl_loss: torch.Tensor
     kl_beta: float
     score: torch.Tensor  # training score s(c > r), detached
-
-
-def training_score(
-    head_type: str, out_c: dict[str, torch.Tensor], out_r: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """Score the loss uses: r_c - r_r (BT), s on embeddings (GPM), s on posterior samples (Bayesian GPM)."""
-    if head_type == "bt":
-        return out_c["reward"] - out_r["reward"]
-    gate = pair_gate(out_c.get("gate"), out_r.get("gate"))
-    # bgpm: samples in train mode, the posterior mean otherwise
-    key = "embedding" if head_type == "gpm" else ("sample" if "sample" in out_c else "mean")
-    return gpm_score(out_c[key], out_r[key], gate)
-
-
-def pair_loss(head: HeadSettings, out_c: dict, out_r: dict, step: int) -> LossParts:
-    """Loss for one micro-batch: preference NLL (+ beta(step) * (KL_c + KL_r) for the Bayesian head)."""
-    score = training_score(head.type, out_c, out_r)
-    pref = preference_nll(score, head.tau)
-    zero = pref.new_zeros(())
-    if head.type != "bgpm":
-        return LossParts(pref, pref, zero, 0.0, score.detach())
-    bayes: BayesSettings = head.bayes  # type: ignore[assignment]
-    beta = kl_beta(step, bayes.kl_warmup_steps, bayes.max_kl_weight)
-    kl = (
-        gaussian_kl(kl_mean_term(out_c, bayes.kl_mean), out_c["var"], bayes.prior_variance)
-        + gaussian_kl(kl_mean_term(out_r, bayes.kl_mean), out_r["var"], bayes.prior_variance)
-    ).mean()
-    return LossParts(pref + beta * kl, pref, kl, beta, score.detach())

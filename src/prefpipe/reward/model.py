@@ -21,9 +21,8 @@ from prefpipe.common.chat import has_chat_template
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
 from prefpipe.reward import backbone as bb
 from prefpipe.reward.collate import PairEncoder
-from prefpipe.reward.heads import build_head
+from prefpipe.reward.heads import RewardHead, build_head
 from prefpipe.reward.pooling import gather_positions, pool
-from prefpipe.reward.scores import gpm_score, gpm_score_variance, mc_preference_prob, pair_gate
 from prefpipe.settings.reward import BayesSettings, HeadSettings, RewardSettings
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,6 @@ log = logging.getLogger(__name__)
 HEAD_CONFIG = "head_config.json"
 HEAD_WEIGHTS = "head.safetensors"
 FORMAT_VERSION = 1
-ENCODING_KEYS = {"bt": ("reward",), "gpm": ("embedding", "gate"), "bgpm": ("mean", "var", "gate")}
 
 
 @dataclass
@@ -78,7 +76,7 @@ class ModelSpec:
 class RewardModel(nn.Module):
     """Backbone + reward head. forward() feeds training; encode()/compare() are the stage-facing API."""
 
-    def __init__(self, backbone: nn.Module, head: nn.Module, tokenizer: Any, spec: ModelSpec) -> None:
+    def __init__(self, backbone: nn.Module, head: RewardHead, tokenizer: Any, spec: ModelSpec) -> None:
         super().__init__()
         self.backbone = backbone
         self.head = head
@@ -100,6 +98,16 @@ class RewardModel(nn.Module):
     @property
     def tau(self) -> float:
         return float(self.spec.head.tau)
+
+    @property
+    def bayesian(self) -> bool:
+        """The head has a posterior: compare() returns Var[s] and risk-averse rewards are possible."""
+        return self.head.bayesian
+
+    @property
+    def scalar_reward(self) -> bool:
+        """The head gives one reward r(x, y) per response: rewards(enc)."""
+        return self.head.scalar_reward
 
     def forward(
         self,
@@ -136,7 +144,7 @@ class RewardModel(nn.Module):
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")
         rows = self.encoder.tokenize_many(list(prompts), list(responses))
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))  # less padding per batch
-        keys = ENCODING_KEYS[self.head_type]
+        keys = self.head.encoding_keys
         parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         for start in range(0, len(order), batch_size):
             batch = self.encoder.pad([rows[i] for i in order[start : start + batch_size]])
@@ -150,38 +158,18 @@ class RewardModel(nn.Module):
         return {k: torch.cat(v)[inverse] for k, v in parts.items()}
 
     def compare(self, enc_a: dict[str, torch.Tensor], enc_b: dict[str, torch.Tensor]):
-        """s(a > b | x) per row and its variance (Bayesian GPM, closed form) or None."""
-        return compare_encodings(self.head_type, enc_a, enc_b)
+        """s(a > b | x) per row and its variance (Bayesian heads, closed form) or None."""
+        return self.head.compare(enc_a, enc_b)
 
     def preference_prob(
         self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """P(a > b): sigmoid(s / tau) for point heads; Monte Carlo over the posterior for the Bayesian head."""
-        if self.head_type != "bgpm":
-            score, _ = self.compare(enc_a, enc_b)
-            return torch.sigmoid(score / self.tau)
-        n = n_samples or self.spec.head.bayes.mc_samples
-        return mc_preference_prob(enc_a, enc_b, self.tau, n, self.spec.head.normalize, generator)
+        """P(a > b): sigmoid(s / tau) for point heads; Monte Carlo over the posterior for Bayesian heads."""
+        return self.head.preference_prob(self.spec.head, enc_a, enc_b, n_samples, generator)
 
-
-def _check_encoding(head_type: str, enc: dict[str, torch.Tensor], name: str) -> None:
-    missing = [k for k in ENCODING_KEYS[head_type] if k not in enc]
-    if missing:
-        raise ValueError(
-            f"compare: {name} lacks {missing} (is it an encoding from a {head_type!r} reward model?)"
-        )
-
-
-def compare_encodings(head_type: str, enc_a: dict, enc_b: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-    _check_encoding(head_type, enc_a, "enc_a")
-    _check_encoding(head_type, enc_b, "enc_b")
-    if head_type == "bt":
-        return enc_a["reward"] - enc_b["reward"], None
-    gate = pair_gate(enc_a["gate"], enc_b["gate"])
-    if head_type == "gpm":
-        return gpm_score(enc_a["embedding"], enc_b["embedding"], gate), None
-    score = gpm_score(enc_a["mean"], enc_b["mean"], gate)
-    return score, gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"], gate)
+    def rewards(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The scalar reward r(x, y) per encoded row (heads with scalar_reward only, e.g. BT)."""
+        return self.head.rewards(enc)
 
 
 def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:

@@ -26,7 +26,6 @@ from transformers import get_scheduler
 from prefpipe.common.stage import StageInterrupted
 from prefpipe.reward import checkpoint as ckpt
 from prefpipe.reward.collate import TokenizedRow
-from prefpipe.reward.losses import pair_loss
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
 from prefpipe.settings.reward import RewardSettings, accumulation_steps
@@ -209,7 +208,7 @@ class RewardTrainer:
             batch = self.rm.encoder.pad([chosen[i] for i in micro] + [rejected[i] for i in micro])
             with acc.accumulate(model):
                 out = model(**{k: v.to(acc.device) for k, v in batch.items()})
-                parts = pair_loss(
+                parts = self.rm.head.training_loss(
                     s.head, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
                 )
                 acc.backward(parts.loss)

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 class PairScorer(Protocol):
     """What evaluation needs from a reward model (prefpipe.reward.model's API)."""
 
-    head_type: str
+    head_type: str  # the name, for summaries and logs only (behaviour follows `bayesian`)
     tau: float
+    bayesian: bool  # compare() must return a score variance
 
     def encode(
         self, prompts: list[str], responses: list[str], batch_size: int = 16
@@ -111,8 +112,8 @@ def score_pairs(
         raise ValueError(f"{len(bad)} non-finite scores (first rows {bad[:5].tolist()}): the model is broken")
     if var_np is not None and (not np.all(np.isfinite(var_np)) or np.any(var_np < 0)):
         raise ValueError("score variance has negative or non-finite values")
-    if getattr(model, "head_type", None) == "bgpm" and var_np is None:
-        raise ValueError("a Bayesian (bgpm) head must return a score variance from compare()")
+    if getattr(model, "bayesian", False) and var_np is None:
+        raise ValueError("a Bayesian head must return a score variance from compare()")
     return PairScores(score=score_np, variance=var_np, seconds=seconds, batches=n_batches)
 
 

@@ -1,0 +1,68 @@
+"""Reward heads behind a registry: `head.type` names a registered `RewardHead` class.
+
+Every module of this package registers its head when imported (`@register("name")`), and the package
+imports them all, so adding a head is one new file (plus its test). Callers build heads with `build_head` and
+then ask the head object (compare, preference_prob, training_loss, scalar_reward, bayesian, ...);
+the interface is `prefpipe.reward.heads.base.RewardHead`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from prefpipe.common.config import ConfigError
+from prefpipe.reward.heads.base import Encoding, RewardHead
+
+if TYPE_CHECKING:
+    from prefpipe.reward.losses import LossParts
+    from prefpipe.settings.reward import HeadSettings
+
+H = TypeVar("H", bound=type[RewardHead])
+HEADS: dict[str, type[RewardHead]] = {}
+
+
+def register(name: str) -> Callable[[H], H]:
+    """Class decorator: make `head.type: <name>` build this head (the name is saved as head_type)."""
+
+    def decorate(cls: H) -> H:
+        if name in HEADS and HEADS[name] is not cls:
+            raise ValueError(f"reward head {name!r} is already registered ({HEADS[name].__qualname__})")
+        cls.head_type = name
+        HEADS[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_head_class(name: str) -> type[RewardHead]:
+    """The head class registered as `name`; ConfigError naming the config key and the known heads."""
+    if name not in HEADS:
+        raise ConfigError(
+            f"head.type (reward.defaults / reward.variants.<name>.head.type): unknown reward head {name!r}; "
+            f"known heads: {', '.join(sorted(HEADS))}"
+        )
+    return HEADS[name]
+
+
+def build_head(settings: HeadSettings, hidden_size: int) -> RewardHead:
+    """A fresh head of type `settings.type` for a backbone of hidden size `hidden_size`."""
+    return get_head_class(settings.type).from_settings(settings, hidden_size)
+
+
+def pair_loss(settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+    """Training loss of head outputs for the chosen / rejected halves of a batch (any registered head)."""
+    return get_head_class(settings.type).training_loss(settings, out_c, out_r, step)
+
+
+def _import_heads() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "base":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_heads()
+
+__all__ = ["HEADS", "Encoding", "RewardHead", "build_head", "get_head_class", "pair_loss", "register"]

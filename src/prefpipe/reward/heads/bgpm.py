@@ -1,0 +1,123 @@
+"""Bayesian GPM head: a diagonal Gaussian posterior over the GPM embedding.
+
+Linear(H, 2 * 2k) -> (raw_mean, logvar); mean = normalize(raw_mean); samples only in train mode. The score
+uses the posterior mean (closed-form variance alongside), training uses samples plus beta(t) * KL to the prior
+(the math is in prefpipe.reward.losses), and P(a > b) is a Monte Carlo average over the posterior.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prefpipe.reward.heads import register
+from prefpipe.reward.heads.base import Encoding, require, require_int
+from prefpipe.reward.heads.gpm import GPMHead
+from prefpipe.reward.losses import LossParts, gaussian_kl, kl_beta, kl_mean_term
+from prefpipe.reward.scores import (
+    gpm_score,
+    gpm_score_variance,
+    mc_preference_prob,
+    pair_gate,
+    sample_embedding,
+)
+from prefpipe.settings.reward import KL_MEANS
+
+if TYPE_CHECKING:
+    from prefpipe.settings.reward import BayesSettings, HeadSettings
+
+
+@register("bgpm")
+class BayesianGPMHead(GPMHead):
+    encoding_keys = ("mean", "var", "gate")
+    bayesian = True
+
+    def __init__(
+        self, hidden_size: int, dim: int, normalize: bool, gate: bool, settings: BayesSettings
+    ) -> None:
+        super().__init__(hidden_size, dim, normalize, gate)
+        self.value_head = nn.Linear(hidden_size, 2 * dim, bias=False)
+        self.dim = dim
+        self.clamp = settings.logvar_clamp
+        with torch.no_grad():  # fix 5a: shrink the logvar half so logvar barely depends on the input at init
+            self.value_head.weight[dim:, :].mul_(settings.logvar_init_scale)
+        # fix 5b: the weight scaling alone leaves logvar ~ 0 (variance ~ 1); an offset starting at
+        # log(init variance) is what actually gives the intended small initial variance.
+        if settings.logvar_init_variance is not None:
+            self.logvar_bias = nn.Parameter(torch.full((dim,), math.log(settings.logvar_init_variance)))
+        else:
+            self.logvar_bias = None
+
+    @classmethod
+    def check_settings(cls, settings: HeadSettings) -> None:
+        super().check_settings(settings)
+        b = settings.bayes
+        require(b is not None, "head.bayes", "the Bayesian head needs its settings")
+        assert b is not None
+        require_int(b.kl_warmup_steps, "head.bayes.kl_warmup_steps", allow_zero=True)
+        require(b.max_kl_weight >= 0, "head.bayes.max_kl_weight", f"must be >= 0, got {b.max_kl_weight}")
+        require(b.kl_mean in KL_MEANS, "head.bayes.kl_mean", f"expected one of {KL_MEANS}, got {b.kl_mean!r}")
+        require(b.prior_variance > 0, "head.bayes.prior_variance", f"must be > 0, got {b.prior_variance}")
+        require(b.logvar_init_scale > 0, "head.bayes.logvar_init_scale", "must be > 0")
+        if b.logvar_init_variance is not None:
+            require(b.logvar_init_variance > 0, "head.bayes.logvar_init_variance", "must be > 0 or null")
+        lo, hi = b.logvar_clamp
+        require(
+            lo < hi,
+            "head.bayes.logvar_clamp",
+            f"expected [low, high] with low < high, got {list(b.logvar_clamp)}",
+        )
+        require_int(b.mc_samples, "head.bayes.mc_samples")
+
+    @classmethod
+    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> BayesianGPMHead:
+        return cls(hidden_size, settings.dim, settings.normalize, settings.gate, settings.bayes)
+
+    def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
+        raw_mean, logvar = self.value_head(h).split(self.dim, dim=-1)
+        if self.logvar_bias is not None:
+            logvar = logvar + self.logvar_bias
+        logvar = logvar.clamp(*self.clamp)
+        mean = F.normalize(raw_mean, p=2, dim=-1) if self.normalize else raw_mean
+        var = logvar.exp()
+        out = {"mean": mean, "var": var, "logvar": logvar, "raw_mean": raw_mean, "gate": self._gate(h_prompt)}
+        if self.training:
+            out["sample"] = sample_embedding(mean, var, self.normalize)
+        return out
+
+    @classmethod
+    def score(cls, enc_a: Encoding, enc_b: Encoding) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Score of the posterior means and its closed-form variance."""
+        gate = pair_gate(enc_a["gate"], enc_b["gate"])
+        score = gpm_score(enc_a["mean"], enc_b["mean"], gate)
+        return score, gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"], gate)
+
+    @classmethod
+    def preference_prob(cls, settings, enc_a, enc_b, n_samples=None, generator=None) -> torch.Tensor:
+        """Monte Carlo P(a > b) over the posterior (n_samples default: head.bayes.mc_samples)."""
+        n = n_samples or settings.bayes.mc_samples
+        return mc_preference_prob(enc_a, enc_b, float(settings.tau), n, settings.normalize, generator)
+
+    @classmethod
+    def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
+        """Score of posterior samples in train mode, of the posterior means otherwise."""
+        gate = pair_gate(out_c.get("gate"), out_r.get("gate"))
+        key = "sample" if "sample" in out_c else "mean"
+        return gpm_score(out_c[key], out_r[key], gate)
+
+    @classmethod
+    def training_loss(cls, settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+        """Preference NLL on posterior samples + beta(step) * (KL_c + KL_r) to the N(0, prior_variance) prior."""
+        parts = super().training_loss(settings, out_c, out_r, step)
+        bayes: BayesSettings = settings.bayes  # type: ignore[assignment]
+        beta = kl_beta(step, bayes.kl_warmup_steps, bayes.max_kl_weight)
+        kl = (
+            gaussian_kl(kl_mean_term(out_c, bayes.kl_mean), out_c["var"], bayes.prior_variance)
+            + gaussian_kl(kl_mean_term(out_r, bayes.kl_mean), out_r["var"], bayes.prior_variance)
+        ).mean()
+        pref = parts.preference_loss
+        return LossParts(pref + beta * kl, pref, kl, beta, parts.score)

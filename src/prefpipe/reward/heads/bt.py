@@ -1,0 +1,43 @@
+"""Bradley-Terry head: one scalar reward per response, s(a > b) = r(a) - r(b)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from prefpipe.reward.heads import register
+from prefpipe.reward.heads.base import Encoding, RewardHead
+
+if TYPE_CHECKING:
+    from prefpipe.settings.reward import HeadSettings
+
+
+@register("bt")
+class BTHead(RewardHead):
+    encoding_keys = ("reward",)
+    scalar_reward = True
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.value_head = nn.Linear(hidden_size, 1)
+
+    @classmethod
+    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> BTHead:
+        return cls(hidden_size)  # head.dim is unused
+
+    def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
+        return {"reward": self.value_head(h).squeeze(-1)}
+
+    @classmethod
+    def score(cls, enc_a: Encoding, enc_b: Encoding) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return enc_a["reward"] - enc_b["reward"], None
+
+    @classmethod
+    def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
+        return out_c["reward"] - out_r["reward"]
+
+    @classmethod
+    def rewards(cls, enc: Encoding) -> torch.Tensor:
+        return enc["reward"]

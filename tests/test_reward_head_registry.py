@@ -1,0 +1,133 @@
+"""The head registry: a head registered here, in the test, trains, saves, loads and scores through the normal
+model-building path (settings -> build_reward_model -> RewardTrainer -> load_reward_model -> evaluation and
+GRPO), with no other source file knowing about it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_grpo_tiny import reward_spec
+from test_reward_support import build, save_tiny_base
+from torch import nn
+
+from prefpipe.common.config import ConfigError
+from prefpipe.evaluation.pair_scoring import score_pairs
+from prefpipe.grpo.rewards import RewardInputs, build_rewards
+from prefpipe.reward.heads import HEADS, RewardHead, get_head_class, register
+from prefpipe.reward.heads.base import require
+from prefpipe.reward.model import load_reward_model, save_reward_model
+from prefpipe.reward.pairs import Pair
+from prefpipe.reward.sanity_accuracy import pair_accuracy
+from prefpipe.reward.settings import parse_settings
+from prefpipe.reward.trainer import RewardTrainer
+
+PROMPTS = ["Play!", "Your move?", "Please be polite.", "What is 2 plus 3?"]
+GOOD, BAD = "Sure, here you go.", "I cannot help with that."
+
+
+class ZeroInitScalarHead(RewardHead):
+    """Throwaway head: a scalar reward whose weights start at zero, so every response starts at reward 0."""
+
+    encoding_keys = ("reward",)
+    scalar_reward = True
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def check_settings(cls, settings) -> None:
+        require(not settings.gate, "head.gate", "a scalar head has no prompt gate; set it to false")
+
+    @classmethod
+    def from_settings(cls, settings, hidden_size: int) -> ZeroInitScalarHead:
+        return cls(hidden_size)
+
+    def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"reward": self.value_head(h).squeeze(-1)}
+
+    @classmethod
+    def score(cls, enc_a, enc_b):
+        return enc_a["reward"] - enc_b["reward"], None
+
+    @classmethod
+    def training_score(cls, out_c, out_r) -> torch.Tensor:
+        return out_c["reward"] - out_r["reward"]
+
+    @classmethod
+    def rewards(cls, enc) -> torch.Tensor:
+        return enc["reward"]
+
+
+@pytest.fixture(scope="module")
+def zero_head():
+    register("zero_scalar")(ZeroInitScalarHead)
+    yield ZeroInitScalarHead
+    HEADS.pop("zero_scalar")
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    return save_tiny_base(tmp_path_factory.mktemp("tiny_base"))
+
+
+def test_builtin_heads_and_their_capabilities():
+    assert {"bt", "gpm", "bgpm"} <= set(HEADS)
+    flags = {name: (HEADS[name].scalar_reward, HEADS[name].bayesian) for name in ("bt", "gpm", "bgpm")}
+    assert flags == {"bt": (True, False), "gpm": (False, False), "bgpm": (False, True)}
+    with pytest.raises(ConfigError, match=r"head\.type.*'gpn'.*known heads: .*bgpm, bt, gpm"):
+        get_head_class("gpn")
+    with pytest.raises(TypeError, match="no scalar per-response reward"):
+        HEADS["gpm"].rewards({"embedding": torch.zeros(1, 2)})
+
+
+def test_a_registered_head_is_checked_by_the_settings(zero_head):
+    assert get_head_class("zero_scalar") is zero_head
+    with pytest.raises(ConfigError, match=r"head\.gate: a scalar head has no prompt gate"):
+        parse_settings({"head": {"type": "zero_scalar"}})
+    with pytest.raises(ConfigError, match=r"head\.bayes .*only valid"):
+        parse_settings({"head": {"type": "zero_scalar", "gate": False, "bayes": {}}})
+
+
+def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, tmp_path):
+    train = {
+        "steps": 12,
+        "batch_size": 4,
+        "micro_batch_size": 2,
+        "learning_rate": 1e-3,
+        "head_learning_rate": 0.1,
+    }
+    rm, settings = build(tiny_base, "zero_scalar", head={"gate": False}, train=train)
+    assert isinstance(rm.head, zero_head) and rm.scalar_reward and not rm.bayesian
+    rm.eval()
+    start, _ = rm.compare(rm.encode(PROMPTS, [GOOD] * 4), rm.encode(PROMPTS, [BAD] * 4))
+    assert torch.equal(start, torch.zeros(4))  # the head's own init, not the BT head's
+
+    pairs = [Pair(f"p{i}", p, GOOD, BAD, "polite") for i, p in enumerate(PROMPTS)]
+    result = RewardTrainer(rm, settings, pairs, tmp_path / "run").train()
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    assert pair_accuracy(rm.eval(), pairs)["overall"] == 1.0
+
+    save_reward_model(rm, tmp_path / "model")
+    assert json.loads((tmp_path / "model" / "head_config.json").read_text())["head_type"] == "zero_scalar"
+    loaded = load_reward_model(tmp_path / "model")
+    assert isinstance(loaded.head, zero_head) and loaded.head_type == "zero_scalar"
+    enc_good, enc_bad = loaded.encode(PROMPTS, [GOOD] * 4), loaded.encode(PROMPTS, [BAD] * 4)
+    score, var = loaded.compare(enc_good, enc_bad)
+    assert var is None and (score > 0).all()
+    torch.testing.assert_close(loaded.preference_prob(enc_good, enc_bad), torch.sigmoid(score / loaded.tau))
+
+    scores = score_pairs(loaded, PROMPTS, [GOOD] * 4, [BAD] * 4, batch_size=3)
+    assert scores.variance is None
+    torch.testing.assert_close(torch.from_numpy(scores.score).float(), score, atol=1e-5, rtol=0)
+
+    inputs = RewardInputs(PROMPTS[:2] * 2, [GOOD, BAD, BAD, GOOD], ["x"] * 4, ["add"] * 4, [True] * 4, 2)
+    (reward,) = build_rewards([reward_spec("reward_model")], loaded)
+    want = loaded.rewards(loaded.encode(inputs.prompts, inputs.completions))
+    torch.testing.assert_close(reward.fn(inputs), want)  # a scalar head pays its own reward, not a group mean
+    with pytest.raises(ConfigError, match="risk_aversion needs a Bayesian reward model"):
+        build_rewards([reward_spec("reward_model", risk_aversion=1.0)], loaded)
