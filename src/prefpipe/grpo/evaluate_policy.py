@@ -1,0 +1,170 @@
+"""What the eval_policy stage does: base vs trained policy on held-out prompts (see prefpipe.eval_policy).
+
+Reports, for each policy: verifier accuracy with a 95% Wilson interval (and per task kind), mean completion
+length and truncation; with a reward model: mean score (BT) and the win/tie/loss rate of trained over base
+(s(trained > base | x) > 0, any head); KL(trained || base) as k1 and k3 means over completion tokens of
+completions sampled from the trained policy. Writes summary.json and per_example.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prefpipe.common.io import write_jsonl
+from prefpipe.common.run_record import RunRecord
+from prefpipe.common.seeding import seed_everything
+from prefpipe.grpo.policy_eval import DECODINGS, accuracy_summary, complete, kl_to_reference
+from prefpipe.grpo.policy_io import load_for_inference
+from prefpipe.grpo.prompts import load_rl_prompts
+from prefpipe.grpo.rollout import GenerationSettings
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.grpo import GrpoSettings
+
+log = logging.getLogger("prefpipe.eval_policy")
+
+
+def _policy_block(name: str, comp, rows: list[dict]) -> dict[str, Any]:
+    from prefpipe.data.verifier import verify
+
+    correct = [verify(r["kind"], r["answer"], t) for r, t in zip(rows, comp.texts, strict=True)]
+    n = len(rows)
+    block = accuracy_summary(correct, [r["kind"] for r in rows])
+    block.update(
+        {
+            "mean_length": sum(comp.lengths) / n,
+            "truncated_ratio": sum(comp.truncated) / n,
+        }
+    )
+    log.info("%s: accuracy %.3f [%.3f, %.3f]", name, block["accuracy"], *block["accuracy_ci95"])
+    return block | {"_correct": correct}
+
+
+def _compare_block(decoding: str, comps: dict, rows: list[dict]) -> dict[str, Any]:
+    """Accuracy of base and trained under one decoding, the difference and whether the intervals overlap."""
+    blocks = {name: _policy_block(f"{name} ({decoding})", c, rows) for name, c in comps.items()}
+    correct = {name: block.pop("_correct") for name, block in blocks.items()}
+    (b_lo, b_hi), (t_lo, t_hi) = blocks["base"]["accuracy_ci95"], blocks["trained"]["accuracy_ci95"]
+    return {
+        **blocks,
+        "accuracy_delta": blocks["trained"]["accuracy"] - blocks["base"]["accuracy"],
+        "intervals_overlap": not (t_lo > b_hi or b_lo > t_hi),
+        "_correct": correct,
+    }
+
+
+def _reward_model_block(
+    rm, rows: list[dict], base_texts: list[str], trained_texts: list[str], batch_size: int
+) -> dict[str, Any]:
+    prompts = [r["prompt"] for r in rows]
+    enc_base = rm.encode(prompts, base_texts, batch_size=batch_size)
+    enc_trained = rm.encode(prompts, trained_texts, batch_size=batch_size)
+    score, var = rm.compare(enc_trained, enc_base)
+    n = len(rows)
+    out: dict[str, Any] = {
+        "head_type": rm.head_type,
+        "win_rate": float((score > 0).sum()) / n,
+        "tie_rate": float((score == 0).sum()) / n,
+        "loss_rate": float((score < 0).sum()) / n,
+        "mean_score_trained_over_base": float(score.mean()),
+    }
+    if var is not None:
+        out["mean_score_std"] = float(var.clamp(min=0).sqrt().mean())
+    if rm.scalar_reward:
+        out["base_mean_reward"] = float(rm.rewards(enc_base).mean())
+        out["trained_mean_reward"] = float(rm.rewards(enc_trained).mean())
+    return out | {"_scores": score.tolist()}
+
+
+def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, Any]:
+    cfg = run_settings.eval
+    if run_settings.torch_threads:
+        torch.set_num_threads(run_settings.torch_threads)
+    seed_everything(run_settings.seed)
+    out = Path(args.out)
+    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", cfg.max_prompts)
+    record = RunRecord(out, "eval_policy", to_mapping(run_settings))
+    base, base_tok = load_for_inference(args.base, run_settings.device)
+    trained, trained_tok = load_for_inference(args.policy, run_settings.device)
+    prompts = [r["prompt"] for r in rows]
+    comps: dict[str, dict[str, Any]] = {}
+    decodings: dict[str, Any] = {}
+    for decoding in DECODINGS:
+        sample = decoding == "sampled"
+        settings = GenerationSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample)
+        comps[decoding] = {
+            name: complete(
+                model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, run_settings.seed
+            )
+            for name, model, tok in (("base", base, base_tok), ("trained", trained, trained_tok))
+        }
+        decodings[decoding] = _compare_block(decoding, comps[decoding], rows)
+    primary = decodings[cfg.primary]
+    correct = primary.pop("_correct")
+    for block in decodings.values():
+        block.pop("_correct", None)
+    summary: dict[str, Any] = {
+        "n_prompts": len(rows),
+        "skipped_rows": skipped,
+        "decoding": cfg.primary,
+        **primary,
+        "decodings": decodings,
+    }
+    texts = {name: c.texts for name, c in comps[cfg.primary].items()}
+    scores = None
+    if args.reward_model:
+        from prefpipe.reward.model import load_reward_model
+
+        rm = load_reward_model(args.reward_model, device=str(next(trained.parameters()).device))
+        rm_block = _reward_model_block(rm, rows, texts["base"], texts["trained"], cfg.reward_batch_size)
+        scores = rm_block.pop("_scores")
+        summary["reward_model"] = rm_block | {"folder": str(args.reward_model)}
+    if cfg.kl_estimate:
+        if base_tok.get_vocab() != trained_tok.get_vocab():
+            summary["kl_to_base"] = {"skipped": "base and trained tokenizers differ"}
+        else:
+            summary["kl_to_base"] = kl_to_reference(
+                trained,
+                base,
+                trained_tok,
+                prompts,
+                cfg.max_new_tokens,
+                cfg.batch_size,
+                cfg.max_prompt_length,
+                run_settings.seed,
+            )
+    write_jsonl(
+        out / "per_example.jsonl",
+        [
+            {
+                "id": r["id"],
+                "kind": r["kind"],
+                "prompt": r["prompt"],
+                "answer": r["answer"],
+                "base": texts["base"][i],
+                "trained": texts["trained"][i],
+                "base_correct": correct["base"][i],
+                "trained_correct": correct["trained"][i],
+                **({"score_trained_over_base": scores[i]} if scores is not None else {}),
+            }
+            for i, r in enumerate(rows)
+        ],
+    )
+    record.log(step=None, **{k: v for k, v in summary.items() if isinstance(v, int | float)})
+    record.finish(summary)
+    return summary
+
+
+def run(run_settings: GrpoSettings, args: argparse.Namespace) -> None:
+    summary = evaluate(run_settings, args)
+    log.info(
+        "accuracy base %.3f -> trained %.3f (delta %+.3f, intervals overlap: %s)",
+        summary["base"]["accuracy"],
+        summary["trained"]["accuracy"],
+        summary["accuracy_delta"],
+        summary["intervals_overlap"],
+    )

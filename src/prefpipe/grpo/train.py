@@ -1,0 +1,92 @@
+"""What the train_grpo stage does: one GRPO run from the base policy, with checkpoints (see prefpipe.train_grpo).
+
+The config is one run's settings (prefpipe.settings.grpo.GrpoSettings: `grpo.defaults` deep-merged with
+`grpo.runs.<run>`, the run's name under `run`). Outputs: policy/ (safetensors), metrics.jsonl, samples.jsonl,
+summary.json, config.json, versions.json. SIGTERM writes <out>/checkpoint and exits 143; rerunning the same
+command resumes from it. A checkpoint written with another config or other inputs is never resumed: the stage
+exits 2 naming the folder, before writing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from prefpipe.common.config import ConfigError
+from prefpipe.common.run_record import RunRecord
+from prefpipe.common.seeding import seed_everything
+from prefpipe.grpo.checkpoint import check_fingerprint, rows_digest, run_fingerprint
+from prefpipe.grpo.policy_io import load_policy, save_policy
+from prefpipe.grpo.prompts import load_rl_prompts
+from prefpipe.grpo.rewards import build_rewards
+from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.grpo import GrpoSettings
+
+log = logging.getLogger("prefpipe.train_grpo")
+
+
+def run(cfg: GrpoSettings, args: argparse.Namespace) -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "train_grpo is a single-process trainer: run it with `python -m` (one GPU or CPU), "
+            "not under `accelerate launch` with several processes"
+        )
+    if cfg.uses_reward_model() and not args.reward_model:
+        raise ConfigError(f"grpo run {cfg.run!r} has a reward_model reward but no --reward-model was given")
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    seed_everything(cfg.seed)
+    summary = train(cfg, args)
+    log.info("done: %d steps, %.2f s/step", summary["steps"], summary["seconds_per_step"] or 0.0)
+
+
+def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
+    out = Path(args.out)
+    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_train.jsonl")
+    policy, tokenizer, lora_state = load_policy(args.policy, cfg.lora, cfg.dtype, cfg.device)
+    reward_model = None
+    if cfg.uses_reward_model():
+        from prefpipe.reward.model import load_reward_model
+
+        reward_model = load_reward_model(args.reward_model, device=str(next(policy.parameters()).device))
+    rewards = build_rewards(cfg.rewards, reward_model)
+
+    cfg_dict = to_mapping(cfg)
+    run_fp = run_fingerprint(
+        cfg_dict,
+        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": rows_digest(rows)},
+    )
+    check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
+    record = RunRecord(out, "train_grpo", cfg_dict)
+    trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp)
+    log.info(
+        "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
+        cfg.run,
+        len(rows),
+        skipped or "none",
+        args.policy,
+        lora_state,
+        type(trainer.reference).__name__,
+    )
+    summary = trainer.train()
+    save_policy(policy, tokenizer, out / "policy", merge_lora=cfg.save_merged)
+    if not cfg.keep_checkpoint and trainer.checkpoint_dir.exists():
+        shutil.rmtree(trainer.checkpoint_dir)
+    summary.update(
+        {
+            "run": cfg.run,
+            "prompts": len(rows),
+            "skipped_rows": skipped,
+            "policy_dir": "policy",
+            "reward_model": args.reward_model,
+            "reward_model_variant": cfg.reward_model,
+        }
+    )
+    record.finish(summary)
+    return summary
