@@ -22,16 +22,17 @@ from pathlib import Path
 
 import torch
 
+from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError, load_config_arg
 from prefpipe.common.logs import setup_logging
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.checkpoint import check_fingerprint, rows_digest, run_fingerprint
 from prefpipe.grpo.config import GRPOConfig, resolve_run_config
 from prefpipe.grpo.policy_eval import EvalConfig
 from prefpipe.grpo.policy_io import load_policy, save_policy
 from prefpipe.grpo.prompts import load_rl_prompts
 from prefpipe.grpo.rewards import build_rewards
+from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer, Preempted
 
 log = logging.getLogger("prefpipe.train_grpo")
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> dict:
 
     run_fp = run_fingerprint(
         cfg_dict,
-        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": rows_digest(rows)},
+        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", {"run": run_name, **cfg_dict})
