@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # README command 1: run the whole workflow on the embedded default (CPU, offline, minutes).
-# Extra arguments go to snakemake, e.g. `bash scripts/run.sh --configfile config/experiments/X.yaml`.
+# Extra arguments go to snakemake unchanged: a target (`bash scripts/run.sh results/base/summary.json`), a rerun
+# (`-R build_base`) or an experiment (`--configfile config/experiments/X.yaml`). The Snakefile loads
+# config/config.yaml itself, so this script passes no --configfile of its own. Snakemake's --configfile and -R
+# take every following word, so put targets first (`run.sh TARGET --configfile X.yaml`) or write
+# `--configfile=X.yaml`. PREFPIPE_VENV names the virtualenv (default .venv), PREFPIPE_CORES the cores (all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh dev,slurm
 # shellcheck disable=SC1091
-source .venv/bin/activate
+source "${PREFPIPE_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" WANDB_MODE="${WANDB_MODE:-offline}" TOKENIZERS_PARALLELISM=false
-exec snakemake --cores "${PREFPIPE_CORES:-all}" --configfile config/config.yaml "$@"
+exec snakemake --cores "${PREFPIPE_CORES:-all}" "$@"

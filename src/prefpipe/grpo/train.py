@@ -17,13 +17,14 @@ from pathlib import Path
 
 import torch
 
+from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.checkpoint import check_fingerprint, rows_digest, run_fingerprint
 from prefpipe.grpo.policy_io import load_policy, save_policy
 from prefpipe.grpo.prompts import load_rl_prompts
 from prefpipe.grpo.rewards import build_rewards
+from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
@@ -60,7 +61,7 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
     cfg_dict = to_mapping(cfg)
     run_fp = run_fingerprint(
         cfg_dict,
-        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": rows_digest(rows)},
+        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", cfg_dict)

@@ -24,12 +24,12 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.common.stage import StageInterrupted
 from prefpipe.grpo import diagnostics
 from prefpipe.grpo.advantages import group_advantages
-from prefpipe.grpo.checkpoint import load_checkpoint, save_checkpoint
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import RewardInputs, WeightedReward, compute_rewards, needs_reference_completions
 from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate
+from prefpipe.grpo.train_state import load_train_state, save_train_state
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger(__name__)
@@ -284,13 +284,13 @@ class GRPOTrainer:
         return {"metrics": self.metric_rows, "samples": self.sample_rows, "ref_cache": self.ref_cache}
 
     def _save_checkpoint(self, next_step: int) -> None:
-        save_checkpoint(
+        save_train_state(
             self.checkpoint_dir, self.policy, self.optimizer, next_step, self.fingerprint, self._records()
         )
         log.info("checkpoint written at step %d", next_step)
 
     def _resume(self) -> int:
-        restored = load_checkpoint(self.checkpoint_dir, self.policy, self.optimizer, self.fingerprint)
+        restored = load_train_state(self.checkpoint_dir, self.policy, self.optimizer, self.fingerprint)
         if restored is None:
             return 0
         step, records = restored

@@ -7,12 +7,13 @@ they are skipped and counted by reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from prefpipe.common.checkpoint import content_digest
 
 REQUIRED = ("prompt", "chosen", "rejected")
 
@@ -73,7 +74,4 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
 
 def pairs_digest(pairs: list[Pair]) -> str:
     """Content hash of the training pairs in order: a checkpoint is only resumed on the same data."""
-    h = hashlib.sha256()
-    for p in pairs:
-        h.update(json.dumps([p.id, p.prompt, p.chosen, p.rejected], ensure_ascii=False).encode())
-    return h.hexdigest()[:16]
+    return content_digest([p.id, p.prompt, p.chosen, p.rejected] for p in pairs)

@@ -23,8 +23,9 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from transformers import get_scheduler
 
+from prefpipe.common import checkpoint as ckpt
+from prefpipe.common.io import atomic_write_json, read_json
 from prefpipe.common.stage import StageInterrupted
-from prefpipe.reward import checkpoint as ckpt
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
@@ -34,6 +35,16 @@ log = logging.getLogger(__name__)
 
 SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
 SUMMED = ("preference_loss", "kl_loss", "loss", "prob", "accuracy")
+# Settings that never change the trajectory: a rerun may change them and still resume its checkpoint.
+BOOKKEEPING = (
+    "eval",
+    "wandb",
+    "torch_threads",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.resume",
+)
+TRAINER_STATE = "trainer_state.json"  # step, history, data position (beside accelerate's save_state files)
 
 
 class TrainingInterrupted(StageInterrupted):
@@ -141,7 +152,7 @@ class RewardTrainer:
         self.on_step_end = on_step_end
         self.steps = total_steps(settings, len(pairs))
         # Stored with every checkpoint; a rerun with another config or other inputs refuses to resume.
-        self.fingerprint = ckpt.config_fingerprint(settings.to_dict(), inputs)
+        self.fingerprint = ckpt.fingerprint(settings.to_dict(), inputs, ignore=BOOKKEEPING)
         self._perms: dict[int, list[int]] = {}
         self._stop_requested = False
 
@@ -244,13 +255,14 @@ class RewardTrainer:
         folder holds a run with another config, so a stage can check before it writes any output."""
         if self.settings.train.resume != "auto":
             return None
-        return ckpt.check_fingerprint(self.ckpt_root, self.fingerprint)
+        return ckpt.check_fingerprint(self.ckpt_root, self.fingerprint, hint=", or set train.resume: never")
 
     def _resume(self) -> tuple[int, list[dict[str, Any]], int | None]:
         latest = self.checkpoint_to_resume()
         if latest is None:
             return 0, [], None
-        state = ckpt.load_checkpoint(self.acc, latest)
+        self.acc.load_state(str(latest))  # model, optimizer, scheduler and RNG states, in place
+        state = read_json(latest / TRAINER_STATE)
         log.info("resumed from %s at step %d", latest, state["step"])
         if self.log_fn and self.acc.is_main_process:
             for row in state["history"]:
@@ -269,7 +281,14 @@ class RewardTrainer:
                 "offset": consumed % len(self.pairs),
             },
         }
-        return ckpt.save_checkpoint(self.acc, self.ckpt_root, step, state)
+
+        def write(tmp: Path) -> None:  # collective: every process saves its shard / RNG state
+            self.acc.save_state(str(tmp))
+            if self.acc.is_main_process:
+                atomic_write_json(tmp / TRAINER_STATE, state)
+
+        main, barrier = self.acc.is_main_process, self.acc.wait_for_everyone
+        return ckpt.save_checkpoint(self.ckpt_root, step, fingerprint, write, is_main=main, barrier=barrier)
 
     def train(self) -> TrainResult:
         s, t = self.settings, self.settings.train
