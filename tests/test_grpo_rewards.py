@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from support.models import save_tiny_policy
+from support.settings import reward_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.grpo.rewards import (
@@ -105,21 +106,16 @@ def test_group_pair_index_is_all_ordered_pairs_within_groups():
 
 @pytest.fixture(scope="module")
 def backbone_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("rm_base")
-    tok = tiny_tokenizer()
-    tiny_llama(tok, seed=11).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_tiny_policy(tmp_path_factory.mktemp("rm_base"), seed=11, chat_template=False)
 
 
 def _rm(backbone_dir, head: dict):
+    """An untrained reward model of the default `head["type"]` variant with `head` merged over it."""
     from prefpipe.reward.model import build_reward_model
-    from prefpipe.reward.settings import parse_settings
 
+    settings = reward_settings({"head": head, "data": {"max_length": 64}}, variant=head["type"])
     torch.manual_seed(0)
-    return build_reward_model(
-        str(backbone_dir), parse_settings({"head": head, "data": {"max_length": 64}})
-    ).eval()
+    return build_reward_model(str(backbone_dir), settings).eval()
 
 
 def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
