@@ -7,29 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from support.scorers import LengthRuleScorer
 
 from prefpipe.common.io import read_jsonl
 from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.calibration import FLIP_CRITERION
 from prefpipe.evaluation.scorer import score_pairs
 from prefpipe.evaluation.sections import build_section_table
-
-
-class LengthRuleScorer:
-    """Test scorer: reward = length of the response; records each batch's sequence lengths."""
-
-    head_type = "bt"
-    tau = 1.0
-
-    def __init__(self):
-        self.batches: list[list[int]] = []
-
-    def encode(self, prompts, responses, batch_size=16):
-        self.batches.append([len(p) + len(r) for p, r in zip(prompts, responses, strict=True)])
-        return {"reward": torch.tensor([float(len(r)) for r in responses])}
-
-    def compare(self, enc_a, enc_b):
-        return enc_a["reward"] - enc_b["reward"], None
 
 
 class GaussianLengthScorer:
