@@ -1,11 +1,12 @@
 """Small data rows and folders for tests, in the shapes prep_data writes: preference pairs (a rock-paper-scissors
-cycle plus arithmetic pairs) and RL prompts with answers."""
+cycle plus arithmetic pairs) and RL prompts with answers; external pairs loaded from a flat mapping."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from prefpipe.common.io import write_jsonl
+from support.settings import external_settings
 
 RPS_PROMPTS = ("Choose a move.", "Pick one: rock, paper or scissors.", "Your move?", "Play!")
 RPS_BEATS = (("paper", "rock"), ("scissors", "paper"), ("rock", "scissors"))
@@ -61,3 +62,12 @@ def write_reward_data(folder: Path) -> Path:
 def rl_rows(prompts: list[tuple[str, str, str]] | tuple = RL_PROMPTS[:6]) -> list[dict]:
     """RL prompt rows (id, prompt, answer, kind) as rl_prompts_*.jsonl holds them."""
     return [{"id": f"p{i}", "prompt": p, "answer": a, "kind": k} for i, (p, a, k) in enumerate(prompts)]
+
+
+def load_pairs(cfg: dict, bad_rows: str, seed: int) -> tuple[list[dict], list[dict], dict]:
+    """load_external_pairs from one flat mapping: `source` plus `data.external` keys merged over the default
+    (the settings are built inside, so a bad value raises here, naming its key)."""
+    from prefpipe.data.sources import load_external_pairs
+
+    external = external_settings(**{k: v for k, v in cfg.items() if k != "source"})
+    return load_external_pairs(external, cfg["source"], bad_rows, seed)

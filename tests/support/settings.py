@@ -107,3 +107,9 @@ def world_settings(
         "demo_error_rate": demo_error_rate,
     }
     return data_settings({"synthetic": {**sizes, **synthetic}}).synthetic
+
+
+def external_settings(**external: Any):
+    """`data.external` (ExternalSourceSettings, what load_external_pairs takes) with `external` merged over
+    the default."""
+    return data_settings({"external": external}).external
