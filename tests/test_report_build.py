@@ -10,9 +10,9 @@ import re
 
 import numpy as np
 import pytest
-from fixtures.markdown_tables import texts
-from fixtures.results_tree.tree import PLANTED, write_results_tree
 from PIL import Image
+from support.markdown_tables import texts
+from support.results_tree import PLANTED, write_results_tree
 
 from prefpipe.report.__main__ import main, run
 

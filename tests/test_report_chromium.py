@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures.results_tree.tree import write_results_tree
 from PIL import Image
+from support.results_tree import write_results_tree
 
 from prefpipe.report.__main__ import run
 

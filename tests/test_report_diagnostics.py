@@ -8,7 +8,7 @@ import statistics
 
 import pandas as pd
 import pytest
-from fixtures.results_tree.tree import PLANTED, write_results_tree
+from support.results_tree import PLANTED, write_results_tree
 
 from prefpipe.report.collect import collect_tree
 from prefpipe.report.diagnostics import REWARD_CHECKS, check_run, diagnose

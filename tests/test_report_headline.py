@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from fixtures.markdown_tables import tables, texts
-from fixtures.results_tree.tree import write_results_tree
+from support.markdown_tables import tables, texts
+from support.results_tree import write_results_tree
 
 from prefpipe.report.__main__ import run
 

@@ -9,8 +9,8 @@ import re
 import shutil
 
 import pytest
-from fixtures.markdown_tables import block_types, tables
-from fixtures.results_tree.tree import write_results_tree
+from support.markdown_tables import block_types, tables
+from support.results_tree import write_results_tree
 
 from prefpipe.report.__main__ import run
 from prefpipe.report.build import build_document

@@ -6,7 +6,7 @@ import math
 import statistics
 
 import pytest
-from fixtures.results_tree.tree import BROKEN_BAYES, FIXED_BAYES, write_results_tree
+from support.results_tree import BROKEN_BAYES, FIXED_BAYES, write_results_tree
 
 from prefpipe.common.config import ConfigError
 from prefpipe.report import compare, fmt, tables

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -17,15 +17,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def _workflow_copy(tmp_path: Path) -> Path:
     """A copy of the workflow files only (no results), so a test never touches the checkout's results/."""
-    dest = tmp_path / "wf"
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name)
-        else:
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
+    return repo_copy(tmp_path / "wf")
 
 
 def _dry_run(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
