@@ -17,6 +17,7 @@ import torch
 from support.models import build_reward, save_tiny_base
 from support.rows import rps_pairs, write_reward_data
 from support.settings import reward_settings, stage_json
+from support.stages import stage_env
 
 from prefpipe.data import synthetic_cyclic
 from prefpipe.reward.evaluate import pair_accuracy
@@ -217,7 +218,7 @@ def test_two_process_ddp_on_cpu_matches_single_process(tiny_base, tmp_path):
         )
     )
     common = ["--config", config, "--data", str(data), "--base", str(tiny_base)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = stage_env()  # the subprocesses import this checkout's src
     launcher = [
         sys.executable,
         "-m",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -22,11 +21,11 @@ from safetensors.torch import load_file
 from support.models import save_tiny_base, save_tiny_policy
 from support.rows import rl_rows, write_reward_data
 from support.settings import grpo_settings, reward_settings, stage_json
+from support.stages import stage_env
 
 from prefpipe.common.io import write_jsonl
 from prefpipe.settings.merge import deep_merge
 
-REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-6  # absolute and relative tolerance for every compared number (observed: exact equality)
 # Wall-clock fields differ between any two runs; everything else must match.
 TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_per_second", "wall_time_s",
@@ -34,17 +33,6 @@ TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_p
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "src"),
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-
-
 def _command(module: str, config: str, out: Path, **paths: Path) -> list[str]:
     args = [sys.executable, "-m", module, "--config", config, "--out", str(out)]
     for flag, path in paths.items():
@@ -53,7 +41,7 @@ def _command(module: str, config: str, out: Path, **paths: Path) -> list[str]:
 
 
 def _run(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=stage_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -62,7 +50,7 @@ def _rows(path: Path) -> list[dict]:
 
 def _sigterm_mid_run(cmd: list[str], metrics: Path, after_rows: int = 2, timeout: float = 300) -> int:
     """Start the stage, send SIGTERM as soon as `after_rows` steps are logged, return its exit code."""
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=stage_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + timeout
     try:
         while True:
