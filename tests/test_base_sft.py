@@ -6,29 +6,27 @@ import math
 
 import pytest
 import torch
+from support.settings import base_settings, world_settings
 
 from prefpipe.base.model import build_tiny_llama
 from prefpipe.base.sft import IGNORE, collate, encode_demonstrations, lr_factor, masked_lm_loss, train_sft
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.data.synthetic_world import build_world
 
-SYNTH = {
-    "pairs_per_subset_train": 4,
-    "pairs_per_subset_test": 2,
-    "cyclic_triples_train": 3,
-    "cyclic_triples_test": 3,
-    "demonstrations": 200,
-    "rl_prompts_train": 8,
-    "rl_prompts_heldout": 8,
-    "demo_error_rate": 0.0,
-}
-TINY = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "max_position_embeddings": 64,
-}
+SYNTH = world_settings(
+    pairs=(4, 2), triples=(3, 3), rl_prompts=(8, 8), demonstrations=200, demo_error_rate=0.0
+)
+TINY = base_settings(
+    {
+        "model": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 64,
+        }
+    }
+).model
 
 
 @pytest.fixture(scope="module")
@@ -104,14 +102,18 @@ def test_lr_schedule_closed_form() -> None:
 
 def test_training_lowers_loss_and_is_deterministic(tokenizer, demos) -> None:
     data = encode_demonstrations(tokenizer, demos, max_length=64)
-    cfg = {
-        "steps": 60,
-        "batch_size": 16,
-        "learning_rate": 1e-2,
-        "warmup_steps": 5,
-        "weight_decay": 0.0,
-        "max_length": 64,
-    }
+    cfg = base_settings(
+        {
+            "sft": {
+                "steps": 60,
+                "batch_size": 16,
+                "learning_rate": 1e-2,
+                "warmup_steps": 5,
+                "weight_decay": 0.0,
+                "max_length": 64,
+            }
+        }
+    ).sft
     runs = []
     for _ in range(2):
         model = build_tiny_llama(TINY, tokenizer, seed=0)

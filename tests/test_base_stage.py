@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from support.settings import base_settings, data_settings, stage_json
+from support.stages import run_main
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -23,10 +24,9 @@ from prefpipe.base.model import load_pretrained
 from prefpipe.common.chat import format_prompt
 from prefpipe.common.config import ConfigError
 from prefpipe.data.verifier import verify
+from prefpipe.settings.merge import deep_merge
 
-DATA_CFG = {
-    "seed": 0,
-    "source": "synthetic",
+DATA = {
     "synthetic": {
         "pairs_per_subset_train": 6,
         "pairs_per_subset_test": 2,
@@ -37,17 +37,8 @@ DATA_CFG = {
         "rl_prompts_heldout": 24,
         "demo_error_rate": 0.3,
     },
-    "sections": {
-        "chat": ["chat-arith", "chat-instruct"],
-        "chat_hard": ["chathard-arith", "chathard-instruct"],
-        "safety": ["safety-refuse", "safety-comply"],
-        "reasoning": ["reasoning-multistep"],
-    },
-    "cyclic_subsets": ["cyclic-rps"],
 }
-BASE_CFG = {
-    "seed": 0,
-    "torch_threads": 1,
+BASE = {
     "source": "scratch",
     "tokenizer": {"vocab_size": 300},
     "model": {
@@ -70,22 +61,28 @@ BASE_CFG = {
 }
 
 
-def run_base(cfg: dict, data: Path, out: Path) -> dict:
-    build_base.main(["--config", json.dumps(cfg), "--data", str(data), "--out", str(out)])
+def base_config(**changes) -> str:
+    """The base stage's --config: `base` with BASE and then `changes` merged over it (seed 0)."""
+    return stage_json(base_settings(deep_merge(BASE, changes), seed=0))
+
+
+def run_base(config: str, data: Path, out: Path, caplog=None) -> dict:
+    code, errors = run_main(build_base.main, config, caplog, data=data, out=out)
+    assert code == 0, errors
     return json.loads((out / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("data")
-    prep_data.main(["--config", json.dumps(DATA_CFG), "--out", str(out)])
+    assert run_main(prep_data.main, stage_json(data_settings(DATA, seed=0)), out=out)[0] == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def scratch(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("base")
-    return out, run_base(BASE_CFG, data_dir, out)
+    return out, run_base(base_config(), data_dir, out)
 
 
 def test_saved_folder_loads_and_generates(scratch) -> None:
@@ -109,22 +106,21 @@ def test_summary_and_metrics_are_consistent(scratch, data_dir: Path) -> None:
     out, summary = scratch
     heldout = summary["heldout"]
     samples = [json.loads(x) for x in (out / "heldout_samples.jsonl").read_text().splitlines()]
-    assert heldout["n"] == len(samples) == DATA_CFG["synthetic"]["rl_prompts_heldout"]
+    assert heldout["n"] == len(samples) == DATA["synthetic"]["rl_prompts_heldout"]
     assert heldout["sampled_correct"] == sum(verify(s["kind"], s["answer"], s["sampled"]) for s in samples)
     assert heldout["greedy_correct"] == sum(verify(s["kind"], s["answer"], s["greedy"]) for s in samples)
     assert heldout["sampled_accuracy"] == heldout["sampled_correct"] / heldout["n"]
     assert sum(v["n"] for v in heldout["per_kind"].values()) == heldout["n"]
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "sft_loss" in m]
-    assert [m["step"] for m in steps] == list(range(BASE_CFG["sft"]["steps"]))
-    assert summary["sft"]["examples"] == DATA_CFG["synthetic"]["demonstrations"]
+    assert [m["step"] for m in steps] == list(range(BASE["sft"]["steps"]))
+    assert summary["sft"]["examples"] == DATA["synthetic"]["demonstrations"]
 
 
 def test_pretrained_folder_reproduces_greedy_accuracy(scratch, data_dir: Path, tmp_path: Path) -> None:
     out, summary = scratch
-    cfg = copy.deepcopy(BASE_CFG)
-    cfg.update(source="pretrained", pretrained=str(out / "model"), sft={"enabled": False})
-    again = run_base(cfg, data_dir, tmp_path / "again")
+    config = base_config(source="pretrained", pretrained=str(out / "model"), sft={"enabled": False})
+    again = run_base(config, data_dir, tmp_path / "again")
     assert again["pad_added"] is False and again["sft"] == {"enabled": False}
     assert (
         again["heldout"]["greedy_correct"] == summary["heldout"]["greedy_correct"]
@@ -139,7 +135,7 @@ def test_pretrained_pad_equal_to_eos_reuses_the_existing_pad_token(scratch, tmp_
     pad_id = tokenizer.pad_token_id
     tokenizer.pad_token = tokenizer.eos_token
     tokenizer.save_pretrained(folder)
-    model, loaded, pad_added = load_pretrained(str(folder))
+    model, loaded, pad_added = load_pretrained(str(folder), base_settings().trust_remote_code)
     assert pad_added and loaded.pad_token_id == pad_id != loaded.eos_token_id
     assert model.get_input_embeddings().weight.shape[0] == len(loaded) == len(tokenizer)
 
@@ -166,14 +162,24 @@ def test_pretrained_without_pad_token_gets_a_new_one(tmp_path: Path) -> None:
     )
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    model, loaded, pad_added = load_pretrained(str(tmp_path))
+    model, loaded, pad_added = load_pretrained(str(tmp_path), base_settings().trust_remote_code)
     assert pad_added and loaded.pad_token_id == len(tokenizer) != loaded.eos_token_id
     assert model.get_input_embeddings().weight.shape[0] == len(loaded) == len(tokenizer) + 1
     assert model.generation_config.pad_token_id == loaded.pad_token_id == model.config.pad_token_id
 
 
-def test_bad_source_is_a_config_error(data_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="source"):
-        run_base({**BASE_CFG, "source": "magic"}, data_dir, tmp_path / "x")
-    with pytest.raises(ConfigError, match="pretrained"):
-        run_base({**BASE_CFG, "source": "pretrained", "pretrained": None}, data_dir, tmp_path / "y")
+def test_bad_source_is_a_config_error(data_dir: Path, tmp_path: Path, caplog) -> None:
+    with pytest.raises(ConfigError, match=r"config\.base\.source: 'magic' is not one of"):
+        base_settings({"source": "magic"})
+    magic = {**json.loads(base_config()), "source": "magic"}
+    code, errors = run_main(build_base.main, json.dumps(magic), caplog, data=data_dir, out=tmp_path / "x")
+    assert code == 2 and len(errors) == 1 and "config.source: 'magic' is not one of" in errors[0]
+    code, errors = run_main(
+        build_base.main,
+        base_config(source="pretrained", pretrained=None),
+        caplog,
+        data=data_dir,
+        out=tmp_path / "y",
+    )
+    assert code == 2 and len(errors) == 1 and "base.pretrained must name" in errors[0]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y" / "model").exists()

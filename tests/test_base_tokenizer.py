@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from support.settings import world_settings
 from transformers import AutoTokenizer
 
 from prefpipe.base.tokenizer import BOS, EOS, PAD, train_tokenizer
 from prefpipe.common.chat import format_pair, format_prompt
 from prefpipe.data.synthetic_world import build_world
 
-SYNTH = {
-    "pairs_per_subset_train": 20,
-    "pairs_per_subset_test": 4,
-    "cyclic_triples_train": 6,
-    "cyclic_triples_test": 3,
-    "demonstrations": 300,
-    "rl_prompts_train": 16,
-    "rl_prompts_heldout": 16,
-    "demo_error_rate": 0.3,
-}
+SYNTH = world_settings(
+    pairs=(20, 4), triples=(6, 3), rl_prompts=(16, 16), demonstrations=300, demo_error_rate=0.3
+)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from support.models import save_scratch_base
+from support.settings import eval_settings, reward_settings, stage_json
+from support.stages import run_main
 
-from prefpipe.base.model import build_tiny_llama
-from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.eval_rewardbench import main
 from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
-from prefpipe.reward.settings import parse_settings
 from prefpipe.train_reward import main as train_reward_main
 
 TINY_LLAMA = {
@@ -42,17 +42,14 @@ def real_rows(shared_data):
 def tiny_base(tmp_path_factory, real_rows):
     """A tokenizer trained on real rows and a random tiny Llama, saved as an HF folder."""
     texts = [r[k] for r in real_rows[::3] for k in ("prompt", "chosen", "rejected")]
-    tokenizer = train_tokenizer(texts, vocab_size=400, model_max_length=128)
-    model = build_tiny_llama(TINY_LLAMA, tokenizer, seed=0)
-    folder = tmp_path_factory.mktemp("base")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_scratch_base(tmp_path_factory.mktemp("base"), texts, vocab_size=400, seed=0, **TINY_LLAMA)
 
 
 def _train(base, head_cfg, rows, steps=12, batch=16):
     """A few AdamW steps of the reward helper's model and loss; returns (model, first loss, last loss)."""
-    settings = parse_settings({"seed": 0, "head": head_cfg, "data": {"max_length": 96}})
+    settings = reward_settings(
+        {"head": head_cfg, "data": {"max_length": 96}}, variant=head_cfg["type"], seed=0
+    )
     torch.manual_seed(0)
     rm = build_reward_model(str(base), settings)
     rm.train()
@@ -80,15 +77,10 @@ def test_trained_tiny_model_evaluates_offline(tmp_path, tiny_base, real_rows, sh
     assert all(math.isfinite(x) for x in losses)
     model_dir = save_reward_model(rm, tmp_path / "model")
 
-    cfg = {
-        "seed": 0,
-        "eval": {
-            "benchmarks": {"real": str(shared_data / "rewardbench_real_subsets.jsonl")},
-            "batch_size": 16,
-        },
-    }
+    benchmarks = {"synthetic": None, "real": str(shared_data / "rewardbench_real_subsets.jsonl")}
+    cfg = eval_settings({"benchmarks": benchmarks, "batch_size": 16, "mc_samples": 10000}, seed=0)
     out = tmp_path / "eval"
-    main(["--config", json.dumps(cfg), "--model", str(model_dir), "--data", str(tmp_path), "--out", str(out)])
+    assert run_main(main, stage_json(cfg), model=model_dir, data=tmp_path, out=out)[0] == 0
 
     summary = json.loads((out / "summary.json").read_text())
     frame = pd.read_parquet(out / "real" / "per_example.parquet")
@@ -151,21 +143,31 @@ def test_reward_stage_then_eval_stage(tmp_path, tiny_base, real_rows, shared_dat
     data = tmp_path / "data"
     write_jsonl(data / "pairs_train.jsonl", real_rows[:48])
     write_jsonl(data / "pairs_test.jsonl", real_rows[600:616])
-    reward_cfg = {
-        "seed": 0,
-        "head": HEADS["bgpm"],
-        "data": {"max_length": 96},
-        "train": {"steps": 6, "batch_size": 8, "micro_batch_size": 8, "learning_rate": 3e-3},
-        "eval": {"batch_size": 16, "train_pairs": 0},
-    }
+    reward_cfg = reward_settings(
+        {
+            "head": HEADS["bgpm"],
+            "data": {"max_length": 96},
+            "train": {
+                "steps": 6,
+                "batch_size": 8,
+                "micro_batch_size": 8,
+                "learning_rate": 3e-3,
+                "head_learning_rate": None,
+                "warmup_steps": 0,
+            },
+            "eval": {"batch_size": 16, "train_pairs": 0},
+        },
+        variant="bgpm",
+        seed=0,
+    )
     reward_out = tmp_path / "reward" / "bgpm"
-    args = ["--config", json.dumps(reward_cfg), "--data", str(data), "--base", str(tiny_base)]
-    assert train_reward_main([*args, "--out", str(reward_out)]) == 0
+    code, _ = run_main(train_reward_main, stage_json(reward_cfg), data=data, base=tiny_base, out=reward_out)
+    assert code == 0
 
-    eval_cfg = {"seed": 0, "eval": {"benchmarks": {"synthetic": "synthetic"}, "mc_samples": 2000}}
+    eval_cfg = eval_settings({"mc_samples": 2000}, seed=0)
+    assert eval_cfg.eval.benchmarks == {"synthetic": "synthetic"}
     out = tmp_path / "eval" / "bgpm"
-    args = ["--config", json.dumps(eval_cfg), "--model", str(reward_out / "model"), "--data", str(data)]
-    main([*args, "--out", str(out)])
+    assert run_main(main, stage_json(eval_cfg), model=reward_out / "model", data=data, out=out)[0] == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_pairs"] == 16 and summary["head_type"] == "bgpm"
     # The training stage's own sanity accuracy on the same test pairs agrees with the evaluation stage.

@@ -7,30 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from support.scorers import LengthRuleScorer
 
 from prefpipe.common.io import read_jsonl
 from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.calibration import FLIP_CRITERION
 from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.evaluation.sections import build_section_table
-
-
-class LengthRuleScorer:
-    """Test scorer: reward = length of the response; records each batch's sequence lengths."""
-
-    head_type = "bt"
-    tau = 1.0
-    bayesian = False
-
-    def __init__(self):
-        self.batches: list[list[int]] = []
-
-    def encode(self, prompts, responses, batch_size=16):
-        self.batches.append([len(p) + len(r) for p, r in zip(prompts, responses, strict=True)])
-        return {"reward": torch.tensor([float(len(r)) for r in responses])}
-
-    def compare(self, enc_a, enc_b):
-        return enc_a["reward"] - enc_b["reward"], None
 
 
 class GaussianLengthScorer:
@@ -124,16 +107,16 @@ class _BrokenScorer(LengthRuleScorer):
 
 
 @pytest.mark.parametrize(
-    ("mode", "bayesian", "message"),
+    ("mode", "head", "message"),
     [
-        ("rows", False, "expected 2 rows"),
-        ("nan", False, "non-finite scores"),
-        ("ok", True, "must return a score variance"),
+        ("rows", "bt", "expected 2 rows"),
+        ("nan", "bt", "non-finite scores"),
+        ("ok", "bgpm", "must return a score variance"),
     ],
 )
-def test_bad_model_output_is_a_clear_error(mode, bayesian, message):
+def test_bad_model_output_is_a_clear_error(mode, head, message):
     scorer = _BrokenScorer(mode)
-    scorer.bayesian = bayesian
+    scorer.head_type = head
     with pytest.raises(ValueError, match=message):
         score_pairs(scorer, ["p"] * 3, ["aa", "b", "ccc"], ["a", "bb", "c"], batch_size=2)
 

@@ -6,7 +6,7 @@ import itertools
 import math
 
 import pytest
-import torch
+from support.scorers import LengthRuleScorer
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
@@ -20,19 +20,6 @@ SYNTH_SECTIONS = {
     "safety": ["safety-refuse", "safety-comply"],
     "reasoning": ["reasoning-multistep"],
 }
-
-
-class LengthRuleScorer:
-    """Test scorer: a response's reward is its length in characters, so the longer response wins."""
-
-    head_type = "bt"
-    tau = 1.0
-
-    def encode(self, prompts, responses, batch_size=16):
-        return {"reward": torch.tensor([float(len(r)) for r in responses])}
-
-    def compare(self, enc_a, enc_b):
-        return enc_a["reward"] - enc_b["reward"], None
 
 
 @pytest.fixture(scope="module")

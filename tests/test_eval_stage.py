@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
-import torch
+from support.scorers import LengthRuleScorer
+from support.settings import eval_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
-from prefpipe.eval_rewardbench import evaluate_model, resolve_eval_config
 from prefpipe.evaluation.bench_data import BenchmarkDataError, load_benchmark
-
-SECTIONS = {
-    "chat": ["chat-arith", "chat-instruct"],
-    "chat_hard": ["chathard-arith", "chathard-instruct"],
-    "safety": ["safety-refuse", "safety-comply"],
-    "reasoning": ["reasoning-multistep"],
-}
-
-
-class LengthRuleScorer:
-    """Test scorer: the longer response wins (reward = characters)."""
-
-    head_type = "bt"
-    tau = 1.0
-
-    def encode(self, prompts, responses, batch_size=16):
-        return {"reward": torch.tensor([float(len(r)) for r in responses])}
-
-    def compare(self, enc_a, enc_b):
-        return enc_a["reward"] - enc_b["reward"], None
+from prefpipe.evaluation.evaluate import evaluate_model
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.evaluation import EvalSettings
+from prefpipe.settings.pipeline import build_stage
 
 
 def _synthetic_rows():
@@ -53,10 +38,8 @@ def data_dir(tmp_path):
 
 
 def test_stage_writes_per_benchmark_and_aggregate_outputs(tmp_path, data_dir, shared_data):
-    cfg = {
-        "seed": 0,
-        "data": {"sections": SECTIONS, "cyclic_subsets": ["cyclic-rps"], "bad_rows": "drop"},
-        "eval": {
+    cfg = eval_settings(
+        {
             "benchmarks": {
                 "synthetic": "synthetic",
                 "real": str(shared_data / "rewardbench_real_subsets.jsonl"),
@@ -64,9 +47,11 @@ def test_stage_writes_per_benchmark_and_aggregate_outputs(tmp_path, data_dir, sh
             "batch_size": 8,
             "mc_samples": 0,
         },
-    }
+        data={"bad_rows": "drop"},
+        seed=0,
+    )
     out = tmp_path / "eval"
-    top = evaluate_model(LengthRuleScorer(), cfg, data_dir, out, model_label="length-rule")
+    top = evaluate_model(LengthRuleScorer(), cfg, data_dir, out, "length-rule", "cpu")
 
     for name in ("synthetic", "real"):
         assert (out / name / "per_example.parquet").exists() and (out / name / "summary.json").exists()
@@ -121,27 +106,31 @@ def test_rows_without_subset_or_id_are_filled_and_counted(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("eval_cfg", "key"),
+    ("eval_cfg", "key", "message"),
     [
-        ({"benchmarks": {}}, "eval.benchmarks"),
-        ({"benchmarks": {"../x": "synthetic"}}, "eval.benchmarks"),
-        ({"benchmarks": {"a": 3}}, "eval.benchmarks.a"),
-        ({"batch_size": 0}, "eval.batch_size"),
-        ({"selective_coverages": [0.0]}, "eval.selective_coverages"),
-        ({"xstest_weights": "x"}, "eval.xstest_weights"),
-        ({"device": "tpu"}, "eval.device"),
-        ({"mc_samples": -1}, "eval.mc_samples"),
+        ({"benchmarks": {"synthetic": None}}, "eval.benchmarks", "every benchmark is null"),
+        ({"benchmarks": {"../x": "synthetic"}}, "eval.benchmarks", "'../x' does not match"),
+        ({"benchmarks": {"a": 3}}, "eval.benchmarks.a", "3 is not of type"),
+        ({"batch_size": 0}, "eval.batch_size", "0 is less than the minimum of 1"),
+        ({"selective_coverages": [0.0]}, "eval.selective_coverages.0", "0.0 is less than or equal"),
+        ({"xstest_weights": "x"}, "eval.xstest_weights", "'x' is not one of"),
+        ({"device": "tpu"}, "eval.device", "'tpu' is not one of"),
+        ({"mc_samples": -1}, "eval.mc_samples", "-1 is less than the minimum of 0"),
     ],
 )
-def test_bad_eval_config_names_the_key(eval_cfg, key):
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        resolve_eval_config({"eval": eval_cfg})
+def test_bad_eval_config_names_the_key(eval_cfg, key, message):
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: {message}")):
+        eval_settings(eval_cfg)
 
 
-def test_given_benchmarks_replace_the_default():
-    ecfg = resolve_eval_config({"eval": {"benchmarks": {"rb": "allenai/reward-bench"}}})
-    assert ecfg["benchmarks"] == {"rb": "allenai/reward-bench"}
-    assert resolve_eval_config({})["benchmarks"] == {"synthetic": "synthetic"}
+def test_given_benchmarks_add_to_the_default_and_null_removes_one():
+    assert eval_settings().eval.benchmarks == {"synthetic": "synthetic"}
+    added = eval_settings({"benchmarks": {"rb": "allenai/reward-bench"}}).eval.benchmarks
+    assert added == {"synthetic": "synthetic", "rb": "allenai/reward-bench"}
+    replaced = eval_settings(
+        {"benchmarks": {"synthetic": None, "rb": "allenai/reward-bench"}}
+    ).eval.benchmarks
+    assert replaced == {"rb": "allenai/reward-bench"}
 
 
 # ------------------------------------------------------------------------------ file benchmarks: bad rows
@@ -160,12 +149,10 @@ def _write_file_benchmark(path):
     return path
 
 
-def _file_cfg(path, bad_rows):
-    return {
-        "seed": 0,
-        "data": {"sections": SECTIONS, "cyclic_subsets": ["cyclic-rps"], "bad_rows": bad_rows},
-        "eval": {"benchmarks": {"synthetic": "synthetic", "mine": str(path)}, "mc_samples": 0},
-    }
+def _file_cfg(path, bad_rows, synthetic="synthetic"):
+    """Eval settings with the file benchmark `mine` beside the synthetic one (synthetic=None: `mine` only)."""
+    benchmarks = {"synthetic": synthetic, "mine": str(path)}
+    return eval_settings({"benchmarks": benchmarks, "mc_samples": 0}, data={"bad_rows": bad_rows}, seed=0)
 
 
 def test_file_benchmark_bad_row_is_an_error_naming_file_and_row(tmp_path, data_dir):
@@ -177,18 +164,17 @@ def test_file_benchmark_bad_row_is_an_error_naming_file_and_row(tmp_path, data_d
     assert "row 3 (id 'bad-empty'): empty_field" in message
 
     # Through the stage: the first bad row stops the run before anything is scored or written.
-    cfg = _file_cfg(bench, "error")
-    cfg["eval"]["benchmarks"] = {"mine": str(bench)}  # the synthetic rows have a bad row of their own
+    cfg = _file_cfg(bench, "error", synthetic=None)  # the synthetic rows have a bad row of their own
     out = tmp_path / "eval"
     with pytest.raises(BenchmarkDataError, match=r"bench\.jsonl: row 3"):
-        evaluate_model(LengthRuleScorer(), cfg, data_dir, out)
+        evaluate_model(LengthRuleScorer(), cfg, data_dir, out, "length-rule", "cpu")
     assert not out.exists()
 
 
 def test_file_benchmark_bad_rows_dropped_are_counted_in_the_summary(tmp_path, data_dir):
     bench = _write_file_benchmark(tmp_path / "bench.jsonl")
     out = tmp_path / "eval"
-    evaluate_model(LengthRuleScorer(), _file_cfg(bench, "drop"), data_dir, out)
+    evaluate_model(LengthRuleScorer(), _file_cfg(bench, "drop"), data_dir, out, "length-rule", "cpu")
     summary = json.loads((out / "summary.json").read_text())
     mine = summary["benchmarks"]["mine"]
     assert mine["n_pairs"] == 4
@@ -210,19 +196,22 @@ def test_missing_benchmark_file_names_the_config_key_and_path(tmp_path):
 
 
 def test_flat_or_unknown_eval_settings_are_rejected():
-    """The stage reads cfg["eval"]; settings passed flat used to be ignored silently (defaults used)."""
-    with pytest.raises(ConfigError, match="under 'eval'"):
-        resolve_eval_config({"benchmarks": {"rb": "x.jsonl"}, "data": {}})
-    with pytest.raises(ConfigError, match=r"eval: unknown keys \['batchsize'\]"):
-        resolve_eval_config({"eval": {"batchsize": 4}})
+    """The stage reads its settings' `eval`; settings passed flat used to be ignored silently (defaults used)."""
+    stage = to_mapping(eval_settings())
+    flat = {**{k: v for k, v in stage.items() if k != "eval"}, **stage["eval"]}
+    with pytest.raises(ConfigError, match=r"^config\.eval\b"):  # the section the settings belong under
+        build_stage(EvalSettings, flat, "config")
+    with pytest.raises(ConfigError, match=r"config: unknown key\(s\) batch_size, benchmarks"):
+        build_stage(EvalSettings, {**flat, "eval": stage["eval"]}, "config")
+    with pytest.raises(ConfigError, match=r"^config\.eval\b.*'batchsize' was unexpected"):
+        build_stage(EvalSettings, {**stage, "eval": {**stage["eval"], "batchsize": 4}}, "config")
+    with pytest.raises(ConfigError, match=r"config\.eval: .*'batchsize' was unexpected"):
+        eval_settings({"batchsize": 4})
 
 
 def test_synthetic_stays_primary_whatever_the_order(tmp_path, data_dir):
     bench = _write_file_benchmark(tmp_path / "bench.jsonl")
     cfg = _file_cfg(bench, "drop")
-    cfg["eval"]["benchmarks"] = {
-        "mine": str(bench),
-        "synthetic": "synthetic",
-    }  # sorted JSON puts "mine" first
-    top = evaluate_model(LengthRuleScorer(), cfg, data_dir, tmp_path / "eval")
+    cfg.eval.benchmarks = {"mine": str(bench), "synthetic": "synthetic"}  # sorted JSON puts "mine" first
+    top = evaluate_model(LengthRuleScorer(), cfg, data_dir, tmp_path / "eval", "length-rule", "cpu")
     assert top["primary_benchmark"] == "synthetic" and top["n_pairs"] == 24

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "config" / "experiments" / "shared_rewardbench.yaml"
@@ -36,11 +36,7 @@ FAST = {
 
 def _workflow(tmp_path: Path) -> Path:
     """Workflow files copied, this checkout's src linked (jobs import it via PYTHONPATH); nothing else."""
-    wf = tmp_path / "wf"
-    for name in ("workflow", "config", "envs"):
-        shutil.copytree(REPO / name, wf / name)
-    shutil.copy2(REPO / "Snakefile", wf / "Snakefile")
-    (wf / "src").symlink_to(REPO / "src", target_is_directory=True)
+    wf = repo_copy(tmp_path / "wf", link_src=True)
     (wf / "fast.yaml").write_text(yaml.safe_dump(FAST))
     return wf
 

@@ -6,18 +6,16 @@ the embedded default config (config/config.yaml), which takes about a minute of 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from test_grpo_tiny import reward_spec
+from support.settings import grpo_settings, pipeline, stage_json
+from support.stages import run_main
 
 from prefpipe import build_base, prep_data
 from prefpipe.data.verifier import verify
-from prefpipe.grpo.config import GRPOConfig
 from prefpipe.grpo.policy_eval import complete
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.prompts import load_rl_prompts
@@ -37,38 +35,39 @@ def default_results(tmp_path_factory) -> Path:
     ).exists():
         return RESULTS
     root = tmp_path_factory.mktemp("default_results")
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text(encoding="utf-8"))
-    run_wide = {k: config[k] for k in ("experiment", "seed", "wandb")} | {"torch_threads": 1}
-    data_cfg, base_cfg = json.dumps(run_wide | config["data"]), json.dumps(run_wide | config["base"])
-    prep_data.main(["--config", data_cfg, "--out", str(root / "data")])
-    build_base.main(["--config", base_cfg, "--data", str(root / "data"), "--out", str(root / "base")])
+    settings = pipeline()
+    assert run_main(prep_data.main, stage_json(settings.data), out=root / "data")[0] == 0
+    code, _ = run_main(build_base.main, stage_json(settings.base), data=root / "data", out=root / "base")
+    assert code == 0
     return root
 
 
 def _sampled_accuracy(model, tok, rows) -> float:
-    settings = GenerationSettings(max_new_tokens=16, temperature=1.0)
+    settings = GenerationSettings(max_new_tokens=16, temperature=1.0, top_p=1.0, top_k=0, do_sample=True)
     texts = complete(model, tok, [r["prompt"] for r in rows], settings, 100, 128, seed=0).texts
     return sum(verify(r["kind"], r["answer"], t) for r, t in zip(rows, texts, strict=True)) / len(rows)
 
 
 def test_short_verifier_run_on_the_default_base_raises_heldout_accuracy(default_results, tmp_path):
     base_dir, data_dir = default_results / "base" / "model", default_results / "data"
-    cfg = GRPOConfig.from_dict(
+    cfg = grpo_settings(
         {
-            "seed": 0,
             "steps": 30,
             "prompts_per_step": 16,
             "num_generations": 8,
             "max_new_tokens": 16,
             "learning_rate": 5e-4,
-            "rewards": [reward_spec("verifier")],
+            "rewards": [{"type": "verifier"}],
             "sample_every": 0,
             "checkpoint_every": 0,
-        }
+            "beta": 0.0,
+            "mask_truncated_completions": False,
+        },
+        seed=0,
     )
     train_rows, _ = load_rl_prompts(data_dir / "rl_prompts_train.jsonl")
     heldout, _ = load_rl_prompts(data_dir / "rl_prompts_heldout.jsonl")
-    policy, tok, state = load_policy(base_dir)
+    policy, tok, state = load_policy(base_dir, cfg.lora, cfg.dtype, cfg.device)
     before = _sampled_accuracy(policy, tok, heldout)
     torch.manual_seed(0)
     trainer = GRPOTrainer(cfg, policy, tok, state, train_rows, build_rewards(cfg.rewards), tmp_path)

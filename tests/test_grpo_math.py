@@ -7,18 +7,20 @@ import statistics
 
 import pytest
 import torch
+from support.settings import grpo_settings
 
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio, per_token_kl
 from prefpipe.grpo.losses import BatchNorms, aggregate, clipped_surrogate, grpo_loss
 
 # ------------------------------------------------------------------------------------------ advantages
+RUN = grpo_settings()  # the default run (its advantage_eps)
 
 
 @pytest.mark.parametrize("mode", ["group", "batch", "none"])
 def test_equal_rewards_give_zero_advantages(mode):
     rewards = torch.tensor([0.7] * 4 + [-2.0] * 4)
-    adv = group_advantages(rewards, 4, mode)
+    adv = group_advantages(rewards, 4, mode, RUN.advantage_eps)
     assert torch.equal(adv.advantages, torch.zeros(8))
     assert adv.frac_zero_std == 1.0
 
@@ -44,14 +46,14 @@ def test_advantage_scaling_modes_match_explicit_statistics():
 def test_group_scaling_of_a_near_constant_group_stays_bounded():
     # the eps keeps a std of ~1e-7 from turning rounding noise into huge advantages
     rewards = torch.tensor([1.0, 1.0 + 1e-7, 1.0, 1.0])
-    assert group_advantages(rewards, 4, "group").advantages.abs().max() < 1e-2
+    assert group_advantages(rewards, 4, "group", RUN.advantage_eps).advantages.abs().max() < 1e-2
 
 
 def test_advantages_reject_bad_shapes_and_modes():
     with pytest.raises(ValueError, match="groups of 3"):
-        group_advantages(torch.zeros(4), 3)
+        group_advantages(torch.zeros(4), 3, RUN.scale_rewards, RUN.advantage_eps)
     with pytest.raises(ValueError, match="scale_rewards"):
-        group_advantages(torch.zeros(4), 2, "std")
+        group_advantages(torch.zeros(4), 2, "std", RUN.advantage_eps)
 
 
 # ------------------------------------------------------------------------------------------ KL estimators

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings
 
-from prefpipe.grpo.config import GRPOConfig
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.rewards import WeightedReward
@@ -25,7 +25,7 @@ def digit_share(inputs) -> torch.Tensor:
 
 
 def make_trainer(model, tok, lora_state, tmp_path, **over) -> GRPOTrainer:
-    cfg = GRPOConfig.from_dict(
+    cfg = grpo_settings(
         {
             "steps": 2,
             "prompts_per_step": 2,
@@ -35,6 +35,8 @@ def make_trainer(model, tok, lora_state, tmp_path, **over) -> GRPOTrainer:
             "micro_batch_size": 4,
             "sample_every": 0,
             "checkpoint_every": 0,
+            # a random tiny model rarely ends a completion within max_new_tokens: train on truncated ones
+            "mask_truncated_completions": False,
             **over,
         }
     )
@@ -45,7 +47,7 @@ def make_trainer(model, tok, lora_state, tmp_path, **over) -> GRPOTrainer:
 
 @pytest.fixture(scope="module")
 def tok():
-    return tiny_tokenizer()
+    return chat_tokenizer()
 
 
 def _lora(model):
@@ -114,7 +116,8 @@ def test_trained_adapter_reference_is_a_frozen_copy_of_the_adapter(tok, tmp_path
     sft.peft_config["default"].base_model_name_or_path = str(base_dir)
     sft.save_pretrained(adapter_dir)
 
-    policy, ptok, state = load_policy(adapter_dir)
+    run = grpo_settings()
+    policy, ptok, state = load_policy(adapter_dir, run.lora, run.dtype, run.device)
     assert state == "trained"
     ids = torch.tensor([tok("Say no. no no")["input_ids"]])
     att = torch.ones_like(ids)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_grpo_tiny import reward_spec, tiny_llama, tiny_tokenizer
+from support.models import save_tiny_policy
+from support.settings import reward_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.grpo.rewards import (
-    REWARD_SOURCES,
     RewardInputs,
+    RewardModelReward,
     WeightedReward,
     build_rewards,
     compute_rewards,
     group_pair_index,
-    needs_reference_completions,
     token_f1,
 )
 
@@ -42,10 +42,10 @@ def test_rule_rewards_by_hand():
         w.name: w.fn(inputs()).tolist()
         for w in build_rewards(
             [
-                reward_spec("verifier"),
-                reward_spec("exact_match"),
-                reward_spec("token_f1"),
-                reward_spec("format", pattern=r"\S+"),
+                {"type": "verifier"},
+                {"type": "exact_match"},
+                {"type": "token_f1"},
+                {"type": "format", "pattern": r"\S+"},
             ]
         )
     }
@@ -75,31 +75,11 @@ def test_weighted_sum_and_bad_values():
 
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"grpo.rewards\[0\].type"):
-        build_rewards([reward_spec("bleu")])
-    with pytest.raises(ConfigError, match=r"grpo.rewards\[0\] \(reward_model\): .*no --reward-model"):
-        build_rewards([reward_spec("reward_model")])
+        build_rewards([{"type": "bleu"}])
+    with pytest.raises(ConfigError, match="no --reward-model"):
+        build_rewards([{"type": "reward_model"}])
     with pytest.raises(ConfigError, match="used twice"):
-        build_rewards([reward_spec("verifier"), reward_spec("verifier")])
-    with pytest.raises(ConfigError, match=r"grpo.rewards\[1\] \(format\) lacks \['name', 'pattern'\]"):
-        build_rewards([reward_spec("verifier"), {"type": "format", "weight": 1.0}])
-
-
-def test_specs_are_complete_and_name_null_means_the_type():
-    built = build_rewards([reward_spec("verifier"), reward_spec("verifier", name="again", weight=0.5)])
-    assert [(w.name, w.weight) for w in built] == [("verifier", 1.0), ("again", 0.5)]
-    assert not needs_reference_completions([reward_spec("verifier"), reward_spec("reward_model")])
-    assert needs_reference_completions([reward_spec("reward_model", opponent="reference")])
-
-
-def test_a_new_reward_source_is_one_registered_factory(monkeypatch):
-    from prefpipe.grpo.rewards import register_reward_source
-
-    monkeypatch.setattr("prefpipe.grpo.rewards.REWARD_SOURCES", dict(REWARD_SOURCES))
-    register_reward_source("length")(
-        lambda spec, rm: lambda inputs: torch.tensor([float(len(c)) for c in inputs.completions])
-    )
-    (length,) = build_rewards([reward_spec("length", weight=2.0)])
-    assert length.fn(inputs()).tolist() == [float(len(c)) for c in COMPLETIONS]
+        build_rewards([{"type": "verifier"}, {"type": "verifier"}])
 
 
 def test_group_pair_index_is_all_ordered_pairs_within_groups():
@@ -126,27 +106,16 @@ def test_group_pair_index_is_all_ordered_pairs_within_groups():
 
 @pytest.fixture(scope="module")
 def backbone_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("rm_base")
-    tok = tiny_tokenizer()
-    tiny_llama(tok, seed=11).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_tiny_policy(tmp_path_factory.mktemp("rm_base"), seed=11, chat_template=False)
 
 
 def _rm(backbone_dir, head: dict):
+    """An untrained reward model of the default `head["type"]` variant with `head` merged over it."""
     from prefpipe.reward.model import build_reward_model
-    from prefpipe.reward.settings import parse_settings
 
+    settings = reward_settings({"head": head, "data": {"max_length": 64}}, variant=head["type"])
     torch.manual_seed(0)
-    return build_reward_model(
-        str(backbone_dir), parse_settings({"head": head, "data": {"max_length": 64}})
-    ).eval()
-
-
-def _rm_reward(rm, **spec):
-    """The reward_model reward built the normal way, from a complete spec."""
-    (reward,) = build_rewards([reward_spec("reward_model", **spec)], rm)
-    return reward.fn
+    return build_reward_model(str(backbone_dir), settings).eval()
 
 
 def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
@@ -157,7 +126,7 @@ def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
 
 def test_bt_reward_is_the_scalar_reward(backbone_dir):
     rm = _rm(backbone_dir, {"type": "bt"})
-    got = _rm_reward(rm)(inputs()).tolist()
+    got = RewardModelReward(rm)(inputs()).tolist()
     want = [
         float(rm.encode([p], [c])["reward"][0]) for p, c in zip(inputs().prompts, COMPLETIONS, strict=True)
     ]
@@ -166,7 +135,7 @@ def test_bt_reward_is_the_scalar_reward(backbone_dir):
 
 def test_gpm_reward_is_mean_preference_over_the_group(backbone_dir):
     rm = _rm(backbone_dir, {"type": "gpm", "dim": 4})
-    got = _rm_reward(rm)(inputs()).tolist()
+    got = RewardModelReward(rm)(inputs()).tolist()
     want = []
     for g in range(2):
         for i in range(G):
@@ -178,14 +147,14 @@ def test_gpm_reward_is_mean_preference_over_the_group(backbone_dir):
             want.append(sum(others) / len(others))
     assert got == pytest.approx(want, abs=1e-5)
     assert abs(sum(got[:G])) < 1e-5  # skew symmetry: group-relative rewards sum to zero
-    sig = _rm_reward(rm, transform="sigmoid")(inputs())
+    sig = RewardModelReward(rm, transform="sigmoid")(inputs())
     assert ((sig > 0) & (sig < 1)).all()
 
 
 def test_bgpm_risk_averse_reward_subtracts_lambda_std(backbone_dir):
     rm = _rm(backbone_dir, {"type": "bgpm", "dim": 4, "bayes": {}})
     lam = 0.7
-    got = _rm_reward(rm, risk_aversion=lam)(inputs()).tolist()
+    got = RewardModelReward(rm, risk_aversion=lam)(inputs()).tolist()
     want = []
     for g in range(2):
         for i in range(G):
@@ -196,18 +165,16 @@ def test_bgpm_risk_averse_reward_subtracts_lambda_std(backbone_dir):
                     vals.append(s - lam * v**0.5)
             want.append(sum(vals) / len(vals))
     assert got == pytest.approx(want, abs=1e-5)
-    plain = _rm_reward(rm)(inputs())
+    plain = RewardModelReward(rm)(inputs())
     assert (torch.tensor(got) < plain).all()  # the posterior has variance, so every reward drops
 
 
 def test_reference_opponent_and_risk_aversion_needs_bgpm(backbone_dir):
     rm = _rm(backbone_dir, {"type": "gpm", "dim": 4})
     refs = ["5"] * G + ["yes"] * G
-    got = _rm_reward(rm, opponent="reference")(inputs(reference_completions=refs)).tolist()
+    got = RewardModelReward(rm, opponent="reference")(inputs(reference_completions=refs)).tolist()
     want = [_score(rm, p, c, r)[0] for p, c, r in zip(inputs().prompts, COMPLETIONS, refs, strict=True)]
     assert got == pytest.approx(want, abs=1e-5)
     assert got[0] == pytest.approx(0.0, abs=1e-6)  # s(y > y) = 0
-    with pytest.raises(
-        ConfigError, match=r"grpo.rewards\[0\] \(reward_model\): risk_aversion needs a Bayesian"
-    ):
-        _rm_reward(rm, risk_aversion=0.5)
+    with pytest.raises(ConfigError, match="risk_aversion needs a bgpm"):
+        RewardModelReward(rm, risk_aversion=0.5)

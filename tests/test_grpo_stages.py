@@ -3,6 +3,7 @@ interval against an independent numerical inversion of the score test."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -10,85 +11,75 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from test_grpo_tiny import reward_spec, tiny_llama, tiny_tokenizer
+from support.models import save_tiny_policy
+from support.rows import rl_rows
+from support.settings import grpo_settings, reward_settings, stage_json
+from support.stages import run_main
 
 from prefpipe import eval_policy, train_grpo
+from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl, write_jsonl
+from prefpipe.grpo import train as grpo_train
 from prefpipe.grpo.policy_eval import wilson_interval
-
-PROMPTS = [
-    ("What is 2 plus 3?", "5", "add"),
-    ("Say yes.", "yes", "repeat"),
-    ("Say no.", "no", "repeat"),
-    ("Repeat cat:", "cat", "repeat"),
-    ("What is 7 plus 1?", "8", "add"),
-    ("Answer with one word.", "yes", "repeat"),
-]
+from prefpipe.settings.merge import deep_merge
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("grpo_stage")
-    tok = tiny_tokenizer(chat_template=True)
-    policy = root / "base"
-    tiny_llama(tok, seed=2).save_pretrained(policy)
-    tok.save_pretrained(policy)
+    policy = save_tiny_policy(root / "base", seed=2)
     data = root / "data"
-    rows = [{"id": f"p{i}", "prompt": p, "answer": a, "kind": k} for i, (p, a, k) in enumerate(PROMPTS)]
+    rows = rl_rows()
     write_jsonl(
         data / "rl_prompts_train.jsonl", rows + [{"id": "bad", "prompt": "", "answer": "1", "kind": "add"}]
     )
     write_jsonl(data / "rl_prompts_heldout.jsonl", rows)
 
     from prefpipe.reward.model import build_reward_model, save_reward_model
-    from prefpipe.reward.settings import parse_settings
 
     torch.manual_seed(0)
-    rm = build_reward_model(
-        str(policy), parse_settings({"head": {"type": "gpm", "dim": 4}, "data": {"max_length": 64}})
-    )
+    rm = build_reward_model(str(policy), reward_settings({"head": {"dim": 4}, "data": {"max_length": 64}}))
     save_reward_model(rm, root / "rm")
     return {"root": root, "policy": policy, "data": data, "rm": root / "rm"}
 
 
-GRPO_SECTION = {
-    "seed": 0,
-    "defaults": {
-        "steps": 3,
-        "prompts_per_step": 2,
-        "num_generations": 4,
-        "max_new_tokens": 6,
-        "learning_rate": 1e-2,
-        "sample_every": 1,
-        "checkpoint_every": 2,
-        "rewards": [reward_spec("verifier")],
-    },
-    "runs": {
-        "gpm": {
-            "reward_model": "gpm",
-            "beta": 0.04,
-            "rewards": [reward_spec("reward_model"), reward_spec("verifier")],
-        },
-        "lora": {"lora": {"enabled": True, "r": 4, "alpha": 8}, "beta": 0.04},
-    },
+# What every run here shares (merged over grpo.defaults), then each run's own keys.
+SHORT = {
+    "steps": 3,
+    "prompts_per_step": 2,
+    "num_generations": 4,
+    "max_new_tokens": 6,
+    "learning_rate": 1e-2,
+    "sample_every": 1,
+    "checkpoint_every": 2,
+    # a random tiny policy rarely ends a completion within max_new_tokens: train on truncated ones
+    "mask_truncated_completions": False,
+    "rewards": [{"type": "verifier", "weight": 1.0}],
 }
+RUNS = {
+    "gpm": {
+        "reward_model": "gpm",
+        "beta": 0.04,
+        "rewards": [{"type": "reward_model", "weight": 1.0}, {"type": "verifier", "weight": 1.0}],
+    },
+    "lora": {"lora": {"enabled": True, "r": 4, "alpha": 8}, "beta": 0.04},
+}
+
+
+def _run(name: str, **changes):
+    """Run `name` as the workflow builds it: grpo.defaults, SHORT, RUNS[name] and `changes` merged."""
+    return grpo_settings(deep_merge({**SHORT, **RUNS.get(name, {})}, changes), run=name, seed=0)
 
 
 def test_train_grpo_stage_with_a_gpm_reward_model_then_eval(folders):
     out = folders["root"] / "grpo" / "gpm"
-    code = train_grpo.main(
-        [
-            "--config",
-            json.dumps(GRPO_SECTION),
-            "--data",
-            str(folders["data"]),
-            "--policy",
-            str(folders["policy"]),
-            "--reward-model",
-            str(folders["rm"]),
-            "--out",
-            str(out),
-        ]
+    code, _ = run_main(
+        train_grpo.main,
+        stage_json(_run("gpm")),
+        data=folders["data"],
+        policy=folders["policy"],
+        reward_model=folders["rm"],
+        out=out,
     )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -105,21 +96,14 @@ def test_train_grpo_stage_with_a_gpm_reward_model_then_eval(folders):
     assert json.loads((out / "config.json").read_text())["config"]["reward_model"] == "gpm"
 
     ev = folders["root"] / "policy_eval" / "gpm"
-    code = eval_policy.main(
-        [
-            "--config",
-            json.dumps({"seed": 0, "max_new_tokens": 6, "batch_size": 4}),
-            "--data",
-            str(folders["data"]),
-            "--base",
-            str(folders["policy"]),
-            "--policy",
-            str(out / "policy"),
-            "--reward-model",
-            str(folders["rm"]),
-            "--out",
-            str(ev),
-        ]
+    code, _ = run_main(
+        eval_policy.main,
+        stage_json(_run("gpm", eval={"max_new_tokens": 6, "batch_size": 4})),
+        data=folders["data"],
+        base=folders["policy"],
+        policy=out / "policy",
+        reward_model=folders["rm"],
+        out=ev,
     )
     assert code == 0
     s = json.loads((ev / "summary.json").read_text())
@@ -136,20 +120,16 @@ def test_train_grpo_stage_with_a_gpm_reward_model_then_eval(folders):
 
 def test_eval_of_a_policy_against_itself_has_zero_kl_and_equal_accuracy(folders):
     ev = folders["root"] / "policy_eval" / "self"
-    eval_policy.main(
-        [
-            "--config",
-            json.dumps({"seed": 1, "max_new_tokens": 5}),
-            "--data",
-            str(folders["data"]),
-            "--base",
-            str(folders["policy"]),
-            "--policy",
-            str(folders["policy"]),
-            "--out",
-            str(ev),
-        ]
+    settings = grpo_settings({"eval": {"max_new_tokens": 5}}, seed=1)
+    code, _ = run_main(
+        eval_policy.main,
+        stage_json(settings),
+        data=folders["data"],
+        base=folders["policy"],
+        policy=folders["policy"],
+        out=ev,
     )
+    assert code == 0
     s = json.loads((ev / "summary.json").read_text())
     assert s["accuracy_delta"] == 0 and s["intervals_overlap"]
     assert s["kl_to_base"]["k1_token_mean"] == pytest.approx(0.0, abs=1e-6)
@@ -158,21 +138,10 @@ def test_eval_of_a_policy_against_itself_has_zero_kl_and_equal_accuracy(folders)
 
 def test_lora_run_saves_a_merged_policy(folders):
     out = folders["root"] / "grpo" / "lora"
-    assert (
-        train_grpo.main(
-            [
-                "--config",
-                json.dumps(GRPO_SECTION),
-                "--data",
-                str(folders["data"]),
-                "--policy",
-                str(folders["policy"]),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
+    code, _ = run_main(
+        train_grpo.main, stage_json(_run("lora")), data=folders["data"], policy=folders["policy"], out=out
     )
+    assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["lora_state"] == "fresh" and summary["reference"] == "disable_adapter"
     assert summary["trainable_parameters"] < summary["total_parameters"] / 2
@@ -183,24 +152,21 @@ def test_lora_run_saves_a_merged_policy(folders):
     assert not any("lora" in n for n, _ in merged.named_parameters())
 
 
-def test_reward_model_run_without_a_reward_model_is_a_config_error(folders):
-    from prefpipe.common.config import ConfigError
-
+def test_reward_model_run_without_a_reward_model_is_a_config_error(folders, caplog):
+    out = folders["root"] / "grpo" / "no_rm"
+    args = argparse.Namespace(data=folders["data"], policy=folders["policy"], reward_model=None, out=out)
     with pytest.raises(ConfigError, match="no --reward-model"):
-        train_grpo.run(
-            train_grpo.parse_args(
-                [
-                    "--config",
-                    json.dumps(GRPO_SECTION),
-                    "--data",
-                    str(folders["data"]),
-                    "--policy",
-                    str(folders["policy"]),
-                    "--out",
-                    str(folders["root"] / "grpo" / "gpm"),
-                ]
-            )
-        )
+        grpo_train.run(_run("gpm"), args)
+    code, errors = run_main(
+        train_grpo.main,
+        stage_json(_run("gpm")),
+        caplog,
+        data=folders["data"],
+        policy=folders["policy"],
+        out=out,
+    )
+    assert code == 2 and len(errors) == 1 and "no --reward-model" in errors[0]
+    assert not out.exists()
 
 
 def _wilson_by_bisection(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -226,28 +192,28 @@ def test_wilson_interval_matches_numerical_inversion(k, n):
 
 
 def test_reference_opponent_builds_greedy_reference_completions(folders, tmp_path):
-    from prefpipe.grpo.config import GRPOConfig
     from prefpipe.grpo.policy_io import load_policy
     from prefpipe.grpo.prompts import load_rl_prompts
     from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
     from prefpipe.reward.model import load_reward_model
 
-    specs = [reward_spec("reward_model", opponent="reference")]
-    cfg = GRPOConfig.from_dict(
+    cfg = grpo_settings(
         {
             "steps": 2,
             "prompts_per_step": 2,
             "num_generations": 2,
             "max_new_tokens": 4,
-            "rewards": specs,
+            "beta": 0.0,
+            "rewards": [{"type": "reward_model", "opponent": "reference"}],
+            "reward_model": "gpm",
             "sample_every": 0,
             "checkpoint_every": 0,
         }
     )
-    policy, tok, state = load_policy(folders["policy"])
+    policy, tok, state = load_policy(folders["policy"], cfg.lora, cfg.dtype, cfg.device)
     rows, _ = load_rl_prompts(folders["data"] / "rl_prompts_train.jsonl")
-    rewards = build_rewards(specs, load_reward_model(folders["rm"]))
+    rewards = build_rewards(cfg.rewards, load_reward_model(folders["rm"]))
     trainer = GRPOTrainer(cfg, policy, tok, state, rows, rewards, tmp_path)
     assert trainer.reference is not None  # beta is 0, but the opponent needs pi_ref's completions
     trainer.train()
@@ -255,42 +221,22 @@ def test_reference_opponent_builds_greedy_reference_completions(folders, tmp_pat
     assert trainer.metric_rows[0].get("kl_k3_mean") is None  # ... and still no KL term at beta 0
 
 
-def test_workflow_style_run_config_drives_both_stages(folders):
-    """The workflow passes one resolved run config (with `run` and `eval`) to train_grpo AND eval_policy."""
-    from prefpipe.common.config import ConfigError, deep_merge
-
-    cfg = {
-        "run": "plain",
-        "seed": 0,
-        "torch_threads": 1,
-        "experiment": "t",
-        "wandb": {"enabled": False},
-        **deep_merge(GRPO_SECTION["defaults"], {"steps": 2, "eval": {"batch_size": 3, "primary": "sampled"}}),
-    }
+def test_workflow_style_run_config_drives_both_stages(folders, caplog):
+    """The workflow passes one run's settings (with `run` and `eval`) to train_grpo AND eval_policy."""
+    config = stage_json(_run("plain", steps=2, eval={"batch_size": 3, "primary": "sampled"}))
     out = folders["root"] / "grpo" / "wf"
-    args = ["--config", json.dumps(cfg), "--data", str(folders["data"]), "--policy", str(folders["policy"])]
-    assert train_grpo.main([*args, "--out", str(out)]) == 0
+    paths = {"data": folders["data"], "policy": folders["policy"]}
+    assert run_main(train_grpo.main, config, **paths, out=out)[0] == 0
     assert json.loads((out / "summary.json").read_text())["run"] == "plain"
     ev = folders["root"] / "policy_eval" / "wf"
-    assert (
-        eval_policy.main(
-            [
-                "--config",
-                json.dumps(cfg),
-                "--data",
-                str(folders["data"]),
-                "--base",
-                str(folders["policy"]),
-                "--policy",
-                str(out / "policy"),
-                "--out",
-                str(ev),
-            ]
-        )
-        == 0
-    )
+    code, _ = run_main(eval_policy.main, config, data=folders["data"], base=folders["policy"],
+                       policy=out / "policy", out=ev)  # fmt: skip
+    assert code == 0
     s = json.loads((ev / "summary.json").read_text())
     assert s["decoding"] == "sampled" and set(s["decodings"]) == {"greedy", "sampled"}
-    bad = {**cfg, "eval": {"batchsize": 3}}
-    with pytest.raises(ConfigError, match="unknown grpo eval key"):
-        train_grpo.run(train_grpo.parse_args(["--config", json.dumps(bad), *args[2:], "--out", str(out)]))
+    bad = {**json.loads(config), "eval": {**json.loads(config)["eval"], "batchsize": 3}}
+    before = (out / "summary.json").read_text()
+    code, errors = run_main(train_grpo.main, json.dumps(bad), caplog, **paths, out=out)
+    assert code == 2 and len(errors) == 1
+    assert "config.eval: Additional properties are not allowed ('batchsize' was unexpected)" in errors[0]
+    assert (out / "summary.json").read_text() == before  # refused before anything was written

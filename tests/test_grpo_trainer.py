@@ -7,11 +7,11 @@ import signal
 
 import pytest
 import torch
-from test_grpo_tiny import tiny_llama, tiny_tokenizer
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings, pipeline
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
-from prefpipe.grpo.config import GRPOConfig, resolve_run_config
 from prefpipe.grpo.rewards import WeightedReward
 from prefpipe.grpo.trainer import TIMING_KEYS, GRPOTrainer, Preempted, select_prompts
 
@@ -28,10 +28,9 @@ def digit_share(inputs) -> torch.Tensor:
 
 
 def _trainer(tmp_path, seed=0, **over) -> GRPOTrainer:
-    tok = tiny_tokenizer()
-    cfg = GRPOConfig.from_dict(
+    tok = chat_tokenizer()
+    cfg = grpo_settings(
         {
-            "seed": seed,
             "steps": 6,
             "prompts_per_step": 3,
             "num_generations": 4,
@@ -42,8 +41,11 @@ def _trainer(tmp_path, seed=0, **over) -> GRPOTrainer:
             "micro_batch_size": 5,
             "sample_every": 2,
             "checkpoint_every": 0,
+            # a random tiny model rarely ends a completion within max_new_tokens: train on truncated ones
+            "mask_truncated_completions": False,
             **over,
-        }
+        },
+        seed=seed,
     )
     return GRPOTrainer(
         cfg,
@@ -158,20 +160,16 @@ def test_other_aggregations_and_scalings_run_finite(tmp_path, loss_type):
     assert "kl_k3_mean" not in trainer.metric_rows[0]
 
 
-def test_config_resolution_and_errors():
-    section = {
-        "defaults": {"steps": 5, "rewards": [{"type": "verifier"}]},
-        "runs": {"gpm": {"reward_model": "gpm", "steps": 7}},
-        "seed": 3,
-    }
-    cfg = resolve_run_config(section, "gpm")
-    assert cfg["steps"] == 7 and cfg["seed"] == 3 and cfg["reward_model"] == "gpm"
-    with pytest.raises(ConfigError, match="no run 'bt'"):
-        resolve_run_config(section, "bt")
-    with pytest.raises(ConfigError, match="unknown grpo config key"):
-        GRPOConfig.from_dict({"stepz": 3})
-    with pytest.raises(ConfigError, match="grpo.loss_type"):
-        GRPOConfig.from_dict({"loss_type": "mean"})
+def test_run_settings_are_the_defaults_merged_with_the_run_and_errors_name_the_key():
+    settings = pipeline({"grpo": {"defaults": {"steps": 5}, "runs": {"gpm": {"steps": 7}}}, "seed": 3}).grpo
+    assert settings["gpm"].steps == 7 and settings["gpm"].seed == 3 and settings["gpm"].reward_model == "gpm"
+    assert settings["verifier"].steps == 5 and settings["verifier"].run == "verifier"
+    with pytest.raises(ConfigError, match=r"grpo\.only names \['bt'\]"):
+        pipeline({"grpo": {"only": ["bt"]}})
+    with pytest.raises(ConfigError, match=r"grpo\.runs\.verifier: .*'stepz' was unexpected"):
+        grpo_settings({"stepz": 3})
+    with pytest.raises(ConfigError, match=r"grpo\.runs\.verifier\.loss_type: 'mean' is not one of"):
+        grpo_settings({"loss_type": "mean"})
 
 
 def test_masked_truncated_completions_carry_no_loss(tmp_path):

@@ -10,24 +10,21 @@ import re
 
 import numpy as np
 import pytest
-from fixtures.markdown_tables import texts
-from fixtures.results_tree.tree import PLANTED, write_results_tree
 from PIL import Image
+from support.markdown_tables import texts
+from support.results_tree import PLANTED, write_results_tree
+from support.settings import report_settings, stage_json
+from support.stages import run_main
 
-from prefpipe.report.__main__ import main, run
+from prefpipe.report.__main__ import main
+from prefpipe.report.write import build
 
 DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 ATTR = re.compile(r'\b(?:src|href|action|poster|srcset)\s*=\s*"([^"]*)"', re.IGNORECASE)
 
 
 def _config(**extra):
-    return {
-        "experiment": "synthetic-default",
-        "seed": 0,
-        "wandb": {"enabled": False},
-        "figure_dpi": 50,
-        **extra,
-    }
+    return report_settings({"figure_dpi": 50, **extra}, experiment="synthetic-default", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +34,7 @@ def built(tmp_path_factory):
     write_results_tree(base / "seed1", seed=1, shift=0.02, reward_steps=5, grpo_steps=5)
     write_results_tree(base / "other", experiment="other-exp", shift=-0.05, reward_steps=5, grpo_steps=5)
     cfg = _config(compare={"seed1": str(base / "seed1"), "other": str(base / "other")})
-    summary = run(cfg, base / "results", base / "results" / "report")
+    summary = build(cfg, base / "results", base / "results" / "report")
     out = base / "results" / "report"
     return {
         "out": out,
@@ -137,7 +134,7 @@ def test_missing_file_tree_builds_with_not_recorded_notes(tmp_path):
         "base",
     )
     write_results_tree(root, reward_steps=5, grpo_steps=5, skip=skip)
-    summary = run(_config(), root, tmp_path / "report")
+    summary = build(_config(), root, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     shown = "\n".join(texts(md))  # as a Markdown renderer shows it (escapes resolved)
     for text in (
@@ -158,26 +155,26 @@ def test_missing_file_tree_builds_with_not_recorded_notes(tmp_path):
 
 def test_empty_results_directory_still_builds(tmp_path):
     (tmp_path / "results").mkdir()
-    summary = run(_config(), tmp_path / "results", tmp_path / "report")
+    summary = build(_config(), tmp_path / "results", tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert summary["n_figures"] == 0 and "has no reward-model variants" in md and "has no GRPO runs" in md
     assert "*Gemma-2B-it GPM d=6*" in md  # the published reference rows are still there, labelled
 
 
-def test_cli_errors_name_the_problem(tmp_path, capsys):
-    # the stage sets up its own stderr logging (force=True), so read stderr rather than caplog
+def test_cli_errors_name_the_problem(tmp_path, caplog):
     (tmp_path / "results").mkdir()
-    bad = json.dumps(_config(diagnostics={"grad_norm_max": 0}))
-    assert main(["--config", bad, "--results", str(tmp_path / "results"), "--out", str(tmp_path / "o")]) == 2
-    assert "report.diagnostics.grad_norm_max" in capsys.readouterr().err
-    good = json.dumps(_config())
-    assert main(["--config", good, "--results", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
-    assert "is not a directory" in capsys.readouterr().err
-    strict = json.dumps(_config(strict=True, compare={"x": str(tmp_path / "missing")}))
-    assert (
-        main(["--config", strict, "--results", str(tmp_path / "results"), "--out", str(tmp_path / "o")]) == 2
-    )
-    assert "report.compare.x" in capsys.readouterr().err
+    good = stage_json(_config())
+    paths = {"results": tmp_path / "results", "out": tmp_path / "o"}
+    bad = json.loads(good)
+    bad["diagnostics"]["grad_norm_max"] = 0
+    code, errors = run_main(main, json.dumps(bad), caplog, **paths)
+    assert code == 2 and len(errors) == 1 and "config.diagnostics.grad_norm_max" in errors[0]
+    code, errors = run_main(main, good, caplog, results=tmp_path / "nope", out=tmp_path / "o")
+    assert code == 2 and len(errors) == 1 and f"--results {tmp_path / 'nope'}: no such folder" in errors[0]
+    strict = stage_json(_config(strict=True, compare={"x": str(tmp_path / "missing")}))
+    code, errors = run_main(main, strict, caplog, **paths)
+    assert code == 2 and len(errors) == 1 and "report.compare.x" in errors[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_real_evaluation_summary_shape_is_read(tmp_path):

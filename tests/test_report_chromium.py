@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures.results_tree.tree import write_results_tree
 from PIL import Image
+from support.results_tree import write_results_tree
+from support.settings import report_settings
 
-from prefpipe.report.__main__ import run
+from prefpipe.report.write import build
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT_NAME = "report_screenshot.png"
@@ -122,8 +123,8 @@ def page_requests(requests: list[dict]) -> list[str]:
 def report(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("chromium")
     write_results_tree(base / "results", reward_steps=10, grpo_steps=20)
-    cfg = {"experiment": "synthetic-default", "seed": 0, "wandb": {"enabled": False}, "figure_dpi": 60}
-    run(cfg, base / "results", base / "results" / "report")
+    cfg = report_settings({"figure_dpi": 60}, experiment="synthetic-default", seed=0)
+    build(cfg, base / "results", base / "results" / "report")
     return base / "results" / "report" / "report.html"
 
 

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from fixtures.results_tree.tree import QUALITY, RUNS, write_results_tree
+from support.results_tree import QUALITY, RUNS, write_results_tree
 
 from prefpipe.report import keys as K
 from prefpipe.report.collect import collect_tree, config_hash, split_benchmark_name

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import json
 
-from fixtures.markdown_tables import tables, texts
-from fixtures.results_tree.tree import write_results_tree
+from support.markdown_tables import tables, texts
+from support.results_tree import write_results_tree
+from support.settings import report_settings
 
-from prefpipe.report.__main__ import run
+from prefpipe.report.write import build
 
-CFG = {"experiment": "synthetic-default", "seed": 0, "figure_dpi": 40, "samples_per_run": 0}
+CFG = {"figure_dpi": 40, "samples_per_run": 0}
+
+
+def _settings(**cfg):
+    return report_settings({**CFG, **cfg}, experiment="synthetic-default", seed=0)
 
 
 def _report(tmp_path, primary, **cfg):
     root = tmp_path / "results"
     expected = write_results_tree(root, reward_steps=4, grpo_steps=4, primary=primary)
-    run({**CFG, **cfg}, root, tmp_path / "report")
+    build(_settings(**cfg), root, tmp_path / "report")
     return (tmp_path / "report" / "report.md").read_text(encoding="utf-8"), expected, root
 
 
@@ -88,7 +93,7 @@ def test_variants_that_disagree_are_flagged(tmp_path):
     path = root / "eval" / "gpm" / "summary.json"
     summary = json.loads(path.read_text())
     path.write_text(json.dumps({**summary, "primary_benchmark": "synthetic"}))
-    run(CFG, root, tmp_path / "report")
+    build(_settings(), root, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert (
         _has(md, "Warning: Evaluation summaries name different primary benchmarks (")

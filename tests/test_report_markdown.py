@@ -9,15 +9,16 @@ import re
 import shutil
 
 import pytest
-from fixtures.markdown_tables import block_types, tables
-from fixtures.results_tree.tree import write_results_tree
+from support.markdown_tables import block_types, tables
+from support.results_tree import write_results_tree
+from support.settings import report_settings
 
-from prefpipe.report.__main__ import run
 from prefpipe.report.build import build_document
 from prefpipe.report.collect import collect_tree
 from prefpipe.report.document import Document, Heading, Paragraph, Preformatted, Section, Table
 from prefpipe.report.markdown import render_markdown
 from prefpipe.report.settings import load_settings
+from prefpipe.report.write import build
 
 ODD = "bt|pipe\nnew line"  # a variant folder name (Linux allows both)
 ODD_RUN = "gpm|run\r\nx"  # a GRPO run folder name with a Windows line break
@@ -88,8 +89,8 @@ def test_report_with_odd_names_keeps_every_table(tmp_path):
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
     samples.write_text("".join(json.dumps({**r, "completion": COMPLETION}) + "\n" for r in rows))
 
-    cfg = {"experiment": "odd", "seed": 0, "figure_dpi": 40}
-    run(cfg, root, tmp_path / "report")
+    cfg = report_settings({"figure_dpi": 40}, experiment="odd", seed=0)
+    build(cfg, root, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
 
     doc, _ = build_document(collect_tree(root, name="main"), [], load_settings(cfg))

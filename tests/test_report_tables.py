@@ -6,7 +6,8 @@ import math
 import statistics
 
 import pytest
-from fixtures.results_tree.tree import BROKEN_BAYES, FIXED_BAYES, write_results_tree
+from support.results_tree import BROKEN_BAYES, FIXED_BAYES, write_results_tree
+from support.settings import report_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.report import compare, fmt, tables
@@ -43,7 +44,7 @@ def test_ablation_order_broken_detection_and_fixes(tmp_path):
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=3, grpo_steps=3)
     tree = collect_tree(root)
-    ignore = load_settings({"experiment": "x"}).ablation_ignore_keys
+    ignore = load_settings(report_settings(experiment="x")).ablation_ignore_keys
     ordered, broken = tables.ablation_variants(tree, "bgpm", ["bgpm*"], ignore)
     assert broken == "bgpm-broken"
     assert ordered[0] == "bgpm-broken" and ordered[-1] == "bgpm" and len(ordered) == 4
@@ -110,18 +111,18 @@ def test_seed_mean_and_sd_match_statistics_module(tmp_path):
 
 
 def test_settings_defaults_and_errors():
-    s = load_settings({"experiment": "exp", "seed": 0, "wandb": {}, "torch_threads": 2})
+    s = load_settings(report_settings(experiment="exp", seed=0))
     assert s.title == "prefpipe report: exp" and s.compare == {} and s.thresholds.kl_mean_max == 1.0
-    nested = load_settings({"experiment": "exp", "report": {"compare": {"s1": "../other/results"}}})
-    assert nested.compare == {"s1": "../other/results"}
-    with pytest.raises(ConfigError, match="report.colour"):
-        load_settings({"experiment": "exp", "colour": "red"})
-    with pytest.raises(ConfigError, match="report.compare"):
-        load_settings({"experiment": "exp", "compare": ["a"]})
-    with pytest.raises(ConfigError, match="report.ablation.variants"):
-        load_settings({"experiment": "exp", "ablation": {"variants": "bgpm*"}})
-    with pytest.raises(ConfigError, match="report.samples_per_run"):
-        load_settings({"experiment": "exp", "samples_per_run": -1})
+    compared = load_settings(report_settings({"compare": {"s1": "../other/results"}}, experiment="exp"))
+    assert compared.compare == {"s1": "../other/results"}
+    with pytest.raises(ConfigError, match=r"config\.report: .*'colour' was unexpected"):
+        report_settings({"colour": "red"})
+    with pytest.raises(ConfigError, match=r"config\.report\.compare: \['a'\] is not of type 'object'"):
+        report_settings({"compare": ["a"]})
+    with pytest.raises(ConfigError, match=r"config\.report\.ablation\.variants: 'bgpm\*' is not of type"):
+        report_settings({"ablation": {"variants": "bgpm*"}})
+    with pytest.raises(ConfigError, match=r"config\.report\.samples_per_run: -1 is less than the minimum"):
+        report_settings({"samples_per_run": -1})
 
 
 def test_table_rejects_ragged_rows():

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures.markdown_tables import tables, texts
-from fixtures.workflow_copy import merged_config, workflow_copy
+from support.markdown_tables import tables, texts
+from support.workflow import merged_config, workflow_copy
 
 CONFIG = "tiny_full.yaml"
 TINY = merged_config(CONFIG)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_reward_support import build, save_tiny_base, tiny_tokenizer
+from support.models import build_reward, pair_tokenizer, save_tiny_base
 from transformers import AutoModel
 
 from prefpipe.common.chat import format_pair, format_prompt
@@ -43,7 +43,7 @@ def test_truncate_cuts_response_only_when_unavoidable_and_keeps_eos():
 
 
 def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
-    tok = tiny_tokenizer()
+    tok = pair_tokenizer()
     enc = PairEncoder(tok, max_length=64)
     row = enc.tokenize("What is 2 plus 3?", "The answer is 5.")
     full = tok(format_pair(tok, "What is 2 plus 3?", "The answer is 5."))["input_ids"]
@@ -54,7 +54,7 @@ def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
 
 
 def test_encoder_counts_truncations_and_pads_both_sides():
-    tok = tiny_tokenizer()
+    tok = pair_tokenizer()
     enc = PairEncoder(tok, max_length=12)
     rows = enc.tokenize_many(["What is 2 plus 3? " * 4, "Play!"], ["5", "rock"])
     assert enc.truncated == {"prompt": 1} and rows[0].cut == "prompt" and len(rows[0].input_ids) == 12
@@ -87,7 +87,7 @@ def _unpadded_last_hidden(model, ids: list[int]) -> torch.Tensor:
 def test_last_token_pooling_matches_unpadded_under_left_right_and_pad_eq_eos(tiny_base):
     model = AutoModel.from_pretrained(tiny_base).eval()
     for pad_is_eos in (False, True):
-        tok = tiny_tokenizer()
+        tok = pair_tokenizer()
         if pad_is_eos:
             tok.pad_token = tok.eos_token
         enc = PairEncoder(tok, max_length=64)
@@ -115,7 +115,7 @@ def test_last_token_pooling_matches_unpadded_under_left_right_and_pad_eq_eos(tin
 
 
 def test_prompt_gate_position_under_both_padding_sides(tiny_base):
-    rm, _ = build(tiny_base, "gpm")
+    rm, _ = build_reward(tiny_base, "gpm")
     rm.eval()
     prompts, responses = ["What is 2 plus 3?", "Play!"], ["The answer is 5.", "rock"]
     out = {}

@@ -3,60 +3,55 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from test_reward_support import reward_config
+from support.settings import reward_settings, tiny_reward_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.reward.pairs import read_pairs
-from prefpipe.reward.settings import accumulation_steps, parse_settings
+from prefpipe.settings.reward import accumulation_steps
 
 
 def test_defaults_are_the_design_note_fixed_settings():
-    bayes = parse_settings({"head": {"type": "bgpm"}}).head.bayes
-    assert (bayes.kl_warmup_steps, bayes.max_kl_weight, bayes.prior_variance) == (1000, 1e-4, 10.0)
+    bayes = reward_settings(variant="bgpm").head.bayes
+    assert (bayes.kl_warmup_steps, bayes.max_kl_weight, bayes.prior_variance) == (48, 1e-4, 10.0)
     assert (bayes.kl_mean, bayes.logvar_init_scale, bayes.logvar_clamp) == ("normalized", 0.1, (-8.0, 2.0))
-    head = parse_settings({}).head
-    assert (head.type, head.tau, head.normalize, head.gate, head.bayes) == ("gpm", 0.1, True, True, None)
-
-
-@pytest.mark.parametrize("head", ["bt", "gpm"])
-def test_kl_options_on_a_non_bayesian_head_are_an_error(head):
-    with pytest.raises(ConfigError, match=r"head\.bayes .*only valid with head\.type 'bgpm'"):
-        parse_settings({"head": {"type": head, "bayes": {"max_kl_weight": 1.0}}})
+    head = reward_settings().head
+    assert (head.type, head.tau, head.normalize, head.gate) == ("gpm", 0.1, True, True)
+    assert head.bayes == bayes  # every head carries the defaults' bayes block; only bgpm reads it
 
 
 def test_odd_head_dimension_names_the_key():
-    with pytest.raises(ConfigError, match=r"head\.dim: must be even"):
-        parse_settings({"head": {"type": "gpm", "dim": 5}})
+    with pytest.raises(ConfigError, match=r"head\.dim: 5 is not a multiple of 2"):
+        reward_settings({"head": {"type": "gpm", "dim": 5}})
     with pytest.raises(ConfigError, match=r"head\.dim"):
-        parse_settings({"head": {"type": "bgpm", "dim": 3}})
-    assert parse_settings({"head": {"type": "bt", "dim": 5}}).head.type == "bt"  # dim unused by BT
+        reward_settings({"head": {"type": "bgpm", "dim": 3}})
 
 
 @pytest.mark.parametrize(
-    ("cfg", "key"),
+    ("variant", "overrides", "key", "message"),
     [
-        ({"head": {"type": "gpn"}}, "head.type"),
-        ({"head": {"type": "bgpm", "bayes": {"kl_mean": "sphere"}}}, "head.bayes.kl_mean"),
-        ({"head": {"type": "bgpm", "bayes": {"prior_variance": 0}}}, "head.bayes.prior_variance"),
-        ({"head": {"type": "bgpm", "bayes": {"logvar_clamp": [2, -8]}}}, "head.bayes.logvar_clamp"),
-        ({"head": {"type": "bgpm", "bayes": {"warmup": 10}}}, "head.bayes.warmup"),
-        ({"head": {"tau": 0}}, "head.tau"),
-        ({"train": {"lr": 1e-3}}, "train.lr"),
-        ({"train": {"lr_schedule": "step"}}, "train.lr_schedule"),
-        ({"data": {"padding_side": "middle"}}, "data.padding_side"),
-        ({"backbone": {"pooling": "max"}}, "backbone.pooling"),
-        ({"rewards": {}}, "rewards"),
+        ("gpm", {"head": {"type": "gpn"}}, ".head.type", "'gpn' is not one of"),
+        ("bgpm", {"head": {"bayes": {"kl_mean": "sphere"}}}, ".head.bayes.kl_mean", "'sphere' is not one of"),
+        ("bgpm", {"head": {"bayes": {"prior_variance": 0}}}, ".head.bayes.prior_variance", "0 is less"),
+        ("bgpm", {"head": {"bayes": {"logvar_clamp": [2, -8]}}}, ".head.bayes.logvar_clamp", "expected"),
+        ("bgpm", {"head": {"bayes": {"warmup": 10}}}, ".head.bayes", ".*'warmup' was unexpected"),
+        ("gpm", {"head": {"tau": 0}}, ".head.tau", "0 is less"),
+        ("gpm", {"train": {"lr": 1e-3}}, ".train", ".*'lr' was unexpected"),
+        ("gpm", {"train": {"lr_schedule": "step"}}, ".train.lr_schedule", "'step' is not one of"),
+        ("gpm", {"data": {"padding_side": "middle"}}, ".data.padding_side", "'middle' is not one of"),
+        ("gpm", {"backbone": {"pooling": "max"}}, ".backbone.pooling", "'max' is not one of"),
+        ("gpm", {"rewards": {}}, "", ".*'rewards' was unexpected"),
     ],
 )
-def test_bad_values_and_typos_name_the_key(cfg, key):
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        parse_settings(cfg)
+def test_bad_values_and_typos_name_the_key(variant, overrides, key, message):
+    with pytest.raises(ConfigError, match=rf"reward\.variants\.{variant}{re.escape(key)}: {message}"):
+        reward_settings(overrides, variant=variant)
 
 
 def test_batch_must_split_into_micro_batches_per_process():
-    train = parse_settings(reward_config(train={"batch_size": 12, "micro_batch_size": 4})).train
+    train = tiny_reward_settings(train={"batch_size": 12, "micro_batch_size": 4}).train
     assert accumulation_steps(train, 1) == 3
     with pytest.raises(
         ConfigError, match=r"train\.batch_size \(12\).*micro_batch_size \(4\) x processes \(2\)"

@@ -8,8 +8,9 @@ import json
 
 import pytest
 import torch
-from test_grpo_tiny import reward_spec
-from test_reward_support import build, save_tiny_base
+from support.models import build_reward as build
+from support.models import save_tiny_base
+from support.settings import reward_settings, reward_spec
 from torch import nn
 
 from prefpipe.common.config import ConfigError
@@ -20,7 +21,6 @@ from prefpipe.reward.heads.base import require
 from prefpipe.reward.model import load_reward_model, save_reward_model
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.sanity_accuracy import pair_accuracy
-from prefpipe.reward.settings import parse_settings
 from prefpipe.reward.trainer import RewardTrainer
 
 PROMPTS = ["Play!", "Your move?", "Please be polite.", "What is 2 plus 3?"]
@@ -87,10 +87,11 @@ def test_builtin_heads_and_their_capabilities():
 
 def test_a_registered_head_is_checked_by_the_settings(zero_head):
     assert get_head_class("zero_scalar") is zero_head
-    with pytest.raises(ConfigError, match=r"head\.gate: a scalar head has no prompt gate"):
-        parse_settings({"head": {"type": "zero_scalar"}})
-    with pytest.raises(ConfigError, match=r"head\.bayes .*only valid"):
-        parse_settings({"head": {"type": "zero_scalar", "gate": False, "bayes": {}}})
+    with pytest.raises(
+        ConfigError, match=r"reward\.variants\.gpm\.head\.gate: a scalar head has no prompt gate"
+    ):
+        reward_settings({"head": {"type": "zero_scalar"}})
+    assert reward_settings({"head": {"type": "zero_scalar", "gate": False}}).head.type == "zero_scalar"
 
 
 def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, tmp_path):

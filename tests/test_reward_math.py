@@ -3,10 +3,12 @@ Monte Carlo."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
+from support.settings import reward_settings
 from torch.distributions import Normal, kl_divergence
 
 from prefpipe.reward.heads import pair_loss
@@ -21,7 +23,6 @@ from prefpipe.reward.scores import (
     probit_preference_prob,
     swap_blocks,
 )
-from prefpipe.reward.settings import BayesSettings, HeadSettings
 
 
 def _loop_score(a: torch.Tensor, b: torch.Tensor, lam: torch.Tensor | None) -> torch.Tensor:
@@ -92,7 +93,9 @@ def test_bt_and_gpm_losses_match_hand_computation():
     hand = (
         sum(math.log(1 + math.exp(-(c - r) / tau)) for c, r in zip(rc.tolist(), rr.tolist(), strict=True)) / 2
     )
-    bt = pair_loss(HeadSettings(type="bt", tau=tau), {"reward": rc}, {"reward": rr}, step=0)
+    bt = pair_loss(
+        reward_settings({"head": {"tau": tau}}, variant="bt").head, {"reward": rc}, {"reward": rr}, step=0
+    )
     assert bt.loss.item() == pytest.approx(hand, rel=1e-6)
     assert bt.kl_loss.item() == 0 and bt.kl_beta == 0
 
@@ -101,7 +104,7 @@ def test_bt_and_gpm_losses_match_hand_computation():
     gate = torch.tensor([[0.5, 1.5]])
     s = 0.5 * (0.6 * 0.0 - 0.8 * 1.0) + 1.5 * (0.0 * -0.8 - 1.0 * 0.6)  # = -1.3
     gpm = pair_loss(
-        HeadSettings(type="gpm", dim=4, tau=tau),
+        reward_settings({"head": {"dim": 4, "tau": tau}}).head,
         {"embedding": c, "gate": gate},
         {"embedding": r, "gate": gate},
         0,
@@ -128,8 +131,8 @@ def test_gaussian_kl_matches_torch_distributions(kl_mean):
 
 
 def test_bayesian_loss_adds_beta_times_kl_of_both_sides():
-    bayes = BayesSettings(kl_warmup_steps=10, max_kl_weight=0.5, prior_variance=2.0, kl_mean="raw")
-    head = HeadSettings(type="bgpm", dim=2, tau=0.5, bayes=bayes)
+    bayes = {"kl_warmup_steps": 10, "max_kl_weight": 0.5, "prior_variance": 2.0, "kl_mean": "raw"}
+    head = reward_settings({"head": {"dim": 2, "tau": 0.5, "bayes": bayes}}, variant="bgpm").head
     g = torch.Generator().manual_seed(4)
 
     def side():
@@ -158,8 +161,10 @@ def test_kl_beta_schedule_values():
 
 
 def _bgpm_head(**bayes) -> BayesianGPMHead:
+    """A Bayesian head with the bgpm variant's (design-note fixed) settings, `bayes` changed."""
+    settings = dataclasses.replace(reward_settings(variant="bgpm").head.bayes, **bayes)
     torch.manual_seed(0)
-    return BayesianGPMHead(64, 6, normalize=True, gate=True, settings=BayesSettings(**bayes))
+    return BayesianGPMHead(64, 6, normalize=True, gate=True, settings=settings)
 
 
 def test_logvar_init_gives_initial_variance_about_0_1():

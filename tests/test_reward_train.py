@@ -4,6 +4,7 @@ accumulation, and the stage CLI end to end."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -13,7 +14,10 @@ import sys
 
 import pytest
 import torch
-from test_reward_support import build, rps_pairs, save_tiny_base, write_jsonl
+from support.models import build_reward, save_tiny_base
+from support.rows import rps_pairs, write_reward_data
+from support.settings import reward_settings, stage_json
+from support.stages import stage_env
 
 from prefpipe.data import synthetic_cyclic
 from prefpipe.reward.pairs import Pair
@@ -51,7 +55,7 @@ def _pairs(rows: list[dict]) -> list[Pair]:
 
 
 def _train(base, head, out_dir, pairs, /, seed=0, on_step_end=None, **overrides):
-    rm, settings = build(base, head, seed=seed, **overrides)
+    rm, settings = build_reward(base, head, seed=seed, **overrides)
     trainer = RewardTrainer(rm, settings, pairs, out_dir, on_step_end=on_step_end)
     return rm, trainer.train()
 
@@ -144,43 +148,28 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_base, tmp_path):
     assert runs[8][0]["grad_norm"] > 1.0  # clipping was active, so the norm check covers the whole gradient
 
 
-def _write_data(folder):
-    folder.mkdir()
-    rows = rps_pairs()
-    extra = [
-        {
-            "id": f"m{i}",
-            "prompt": f"What is {i} plus 1?",
-            "chosen": f"The answer is {i + 1}.",
-            "rejected": f"The answer is {i + 3}.",
-            "subset": "chat-arith",
-        }
-        for i in range(6)
-    ]
-    write_jsonl(folder / "pairs_train.jsonl", rows + extra)
-    write_jsonl(folder / "pairs_test.jsonl", rows[:6] + extra[:3])
-    return folder
-
-
-def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path):
-    data = _write_data(tmp_path / "data")
+def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path, caplog):
+    data = write_reward_data(tmp_path / "data")
     out = tmp_path / "reward" / "bgpm"
-    config = {
-        "seed": 0,
-        "torch_threads": 1,
-        "wandb": {"enabled": False},
-        "head": {"type": "bgpm", "dim": 4, "bayes": {"kl_warmup_steps": 3, "mc_samples": 8}},
-        "data": {"max_length": 48},
-        "train": {
-            "steps": 6,
-            "batch_size": 6,
-            "micro_batch_size": 3,
-            "learning_rate": 1e-3,
-            "warmup_steps": 2,
+    settings = reward_settings(
+        {
+            "head": {"dim": 4, "bayes": {"kl_warmup_steps": 3, "mc_samples": 8}},
+            "data": {"max_length": 48},
+            "train": {
+                "steps": 6,
+                "batch_size": 6,
+                "micro_batch_size": 3,
+                "learning_rate": 1e-3,
+                "head_learning_rate": None,
+                "warmup_steps": 2,
+                "lr_schedule": "cosine",
+            },
+            "eval": {"batch_size": 4, "train_pairs": 5},
         },
-        "eval": {"batch_size": 4, "train_pairs": 5},
-    }
-    args = ["--config", json.dumps(config), "--data", str(data), "--base", str(tiny_base), "--out", str(out)]
+        variant="bgpm",
+    )
+    config = stage_json(settings)
+    args = ["--config", config, "--data", str(data), "--base", str(tiny_base), "--out", str(out)]
     assert main(args) == 0
     assert (out / "model" / "head_config.json").exists() and (out / "model" / "head.safetensors").exists()
     assert not (out / "checkpoints").exists()
@@ -196,10 +185,12 @@ def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path):
     assert summary["accuracy"]["train"]["n"] == 5
     assert summary["truncated"] == {"pairs": 0, "rows": {}}
     saved = json.loads((out / "config.json").read_text())["config"]
-    assert saved["resolved"]["head"]["bayes"]["prior_variance"] == 10.0
+    assert saved["head"]["bayes"]["prior_variance"] == 10.0 and saved == settings.to_dict()
+    odd = json.loads(config)
+    odd["head"]["dim"] = 3
     bad = [
         "--config",
-        json.dumps({"head": {"type": "gpm", "dim": 3}}),
+        json.dumps(odd),
         "--data",
         str(data),
         "--base",
@@ -207,22 +198,27 @@ def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path):
         "--out",
         str(tmp_path / "bad"),
     ]
-    assert main(bad) == 2
+    with caplog.at_level(logging.ERROR):
+        assert main(bad) == 2
+    assert "config.head.dim: 3 is not a multiple of 2" in caplog.text
+    assert not (tmp_path / "bad").exists()
 
 
 def test_two_process_ddp_on_cpu_matches_single_process(tiny_base, tmp_path):
     """The same stage under torchrun (2 CPU processes, gloo): same global batches, so the same metrics."""
-    data = _write_data(tmp_path / "data")
-    config = {
-        "seed": 0,
-        "torch_threads": 1,
-        "head": {"type": "gpm", "dim": 4},
-        "data": {"max_length": 48},
-        "train": {"steps": 3, "batch_size": 8, "micro_batch_size": 2, "learning_rate": 1e-3},
-        "eval": {"batch_size": 4, "train_pairs": 0},
-    }
-    common = ["--config", json.dumps(config), "--data", str(data), "--base", str(tiny_base)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    data = write_reward_data(tmp_path / "data")
+    config = stage_json(
+        reward_settings(
+            {
+                "head": {"dim": 4},
+                "data": {"max_length": 48},
+                "train": {"steps": 3, "batch_size": 8, "micro_batch_size": 2, "learning_rate": 1e-3},
+                "eval": {"batch_size": 4, "train_pairs": 0},
+            }
+        )
+    )
+    common = ["--config", config, "--data", str(data), "--base", str(tiny_base)]
+    env = stage_env()  # the subprocesses import this checkout's src
     launcher = [
         sys.executable,
         "-m",
@@ -265,7 +261,7 @@ def test_lora_and_gradient_checkpointing_train_only_the_adapter_and_head(tiny_ba
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6) and b["grad_norm"] == pytest.approx(
             a["grad_norm"], rel=1e-5
         )
-    init, _ = build(tiny_base, "gpm", lora=lora)
+    init, _ = build_reward(tiny_base, "gpm", lora=lora)
     before, after = init.state_dict(), ckpt.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all("lora_" in k or k.startswith("head.") for k in changed)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.workflow_copy import REPO, workflow_copy
+from support.workflow import REPO, workflow_copy
 
 EXTENDED = "is extended by additional config"
 DATA_SUMMARY = "results/data/summary.json"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm" / "local_slurm.sh"
@@ -323,14 +324,7 @@ def test_memory_retry_and_preemption_through_the_profile(cluster, tmp_path):
 
 def test_reduced_workflow_runs_every_job_on_slurm(cluster, tmp_path):
     env = cluster
-    workdir = tmp_path / "repo"
-    for name in ("Snakefile", "workflow", "config", "envs", "src"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            workdir.mkdir(exist_ok=True)
-            shutil.copy2(src, workdir / name)
+    workdir = repo_copy(tmp_path / "repo", "src")
     target = "results/base/summary.json"
     proc, log = _start_snakemake(workdir, env, target, "--configfile", str(TINY_CONFIG))
     text = _finish(proc, log, timeout=240)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-from test_slurm_profiles import _repo_copy
+from support.workflow import WITH_PROFILES, repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = "config/experiments/paper_gemma2b.yaml"
@@ -57,7 +57,7 @@ def _jobs(stdout: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def paper_dry_run(tmp_path_factory) -> tuple[list[dict], Path, Path]:
     """The exact README command in a copy of the repository (the `slurm` link kept), the hub unreachable."""
-    workdir = _repo_copy(tmp_path_factory.mktemp("paper"))
+    workdir = repo_copy(tmp_path_factory.mktemp("paper") / "repo", *WITH_PROFILES)
     hf_home = workdir.parent / "hf_home"
     env = {k: v for k, v in os.environ.items() if k not in ("SNAKEMAKE_PROFILE", "HF_HUB_OFFLINE")}
     # Any hub access would fail (closed port) or leave files in HF_HOME: the dry run must do neither.

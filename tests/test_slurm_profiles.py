@@ -14,25 +14,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from support.workflow import WITH_PROFILES, repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 LOCAL_PROFILE = REPO / "profiles" / "local" / "config.yaml"
-
-
-def _repo_copy(tmp_path: Path) -> Path:
-    """The workflow, its code and the profiles (with the top-level `slurm` link kept a link)."""
-    dest = tmp_path / "repo"
-    dest.mkdir()
-    for name in ("Snakefile", "workflow", "config", "envs", "src", "profiles", "slurm"):
-        src = REPO / name
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dest / name)
-        elif src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dest / name)
-    return dest
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -108,7 +94,7 @@ def test_site_settings_live_in_the_profile_folder():
 
 
 def test_slurm_profile_takes_gpus_from_the_config_and_scales_with_the_attempt(tmp_path):
-    workdir = _repo_copy(tmp_path)
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     first = _dry_run(workdir, "--profile", "slurm")
     third = _dry_run(workdir, "--profile", "slurm", "--attempt", "3")
     workflow_rules = set(first) - {"all"}
@@ -123,7 +109,7 @@ def test_slurm_profile_takes_gpus_from_the_config_and_scales_with_the_attempt(tm
 
 
 def test_config_pins_a_partition_and_sets_gpu_counts(tmp_path):
-    workdir = _repo_copy(tmp_path)
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     extra = workdir / "pin.yaml"
     extra.write_text(
         "resources:\n  train_grpo: {gpu: 1, slurm_partition: big-gpu}\n  train_reward_model: {gpu: 2}\n"
@@ -136,7 +122,7 @@ def test_config_pins_a_partition_and_sets_gpu_counts(tmp_path):
 
 def test_single_process_stage_refuses_several_gpus(tmp_path):
     """train_grpo runs one process: several GPUs would sit idle, so even a dry run stops with the reason."""
-    workdir = _repo_copy(tmp_path)
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     result = _snakemake(workdir, "-n", "--profile", "slurm", "--set-resources", "train_grpo:gpu=2")
     assert result.returncode != 0
     assert "train_grpo asks for gpu=2" in result.stdout + result.stderr
@@ -164,7 +150,7 @@ def _unknown_rule_names(workdir: Path, rules: set[str]) -> dict[str, list[str]]:
 
 
 def test_every_rule_named_in_profiles_and_configs_exists(tmp_path):
-    workdir = _repo_copy(tmp_path)
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     shutil.copytree(REPO / "tests" / "configs", workdir / "tests" / "configs")
     rules = _workflow_rules(workdir)
     assert {"prep_data", "train_reward_model", "train_grpo", "report"} <= rules, rules
@@ -181,7 +167,7 @@ def test_every_rule_named_in_profiles_and_configs_exists(tmp_path):
 
 
 def test_local_profile_keeps_config_resources(tmp_path):
-    workdir = _repo_copy(tmp_path)
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     jobs = _dry_run(workdir, "--profile", "profiles/local")
     local = yaml.safe_load(LOCAL_PROFILE.read_text())
     for rule, res in jobs.items():

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.rows import load_pairs
 
 from prefpipe.common.config import ConfigError
-from prefpipe.data.sources import load_benchmark_rows, load_external_pairs
+from prefpipe.data.sources import load_benchmark_rows
 
 
 def hh(prefix: str, reply: str) -> str:
@@ -71,7 +72,7 @@ def flat_rows(n: int, subsets: tuple[str, ...] = ("s1", "s2")) -> list[dict]:
 def test_every_bad_row_reason_is_counted_exactly(tmp_path):
     path = write_lines(tmp_path / "hh.jsonl", HH_LINES)
     cfg = {"source": "jsonl", "path": str(path), "test_fraction": 0.0, "subset_name": "hh"}
-    train, test, report = load_external_pairs(cfg, "drop", seed=0)
+    train, test, report = load_pairs(cfg, "drop", seed=0)
     assert report["format"] == "hh"
     assert {k: v for k, v in report["dropped"].items() if v} == HH_EXPECTED_DROPS
     assert (report["rows_in"], report["kept"], report["train"], report["test"]) == (14, 3, 3, 0)
@@ -87,11 +88,11 @@ def test_error_mode_names_file_row_id_and_reason(tmp_path):
     lines.append(json.dumps({"prompt": "p", "chosen": "a", "rejected": "a", "id": "bad-7"}))
     path = write_lines(tmp_path / "rows.jsonl", lines)
     with pytest.raises(ValueError) as info:
-        load_external_pairs({"source": "jsonl", "path": str(path)}, "error", seed=0)
+        load_pairs({"source": "jsonl", "path": str(path)}, "error", seed=0)
     assert str(info.value).startswith(f"{path}: row 3 (id 'bad-7'): chosen_equals_rejected")
     broken = write_lines(tmp_path / "broken.jsonl", [lines[0], "", "{oops"])
     with pytest.raises(ValueError, match=r"broken\.jsonl: row 3: invalid_json: not valid JSON"):
-        load_external_pairs({"source": "jsonl", "path": str(broken), "format": "rewardbench"}, "error", 0)
+        load_pairs({"source": "jsonl", "path": str(broken), "format": "rewardbench"}, "error", 0)
 
 
 def test_messages_rows_from_jsonl_and_parquet_agree(tmp_path):
@@ -114,7 +115,7 @@ def test_messages_rows_from_jsonl_and_parquet_agree(tmp_path):
     loaded = {}
     for source in ("jsonl", "parquet"):
         cfg = {"source": source, "path": str(tmp_path / f"m.{source}"), "test_fraction": 0.0}
-        train, _, report = load_external_pairs(cfg, "drop", seed=0)
+        train, _, report = load_pairs(cfg, "drop", seed=0)
         assert report["format"] == "messages" and report["dropped"]["prompt_mismatch"] == 1
         loaded[source] = train
     assert loaded["jsonl"] == loaded["parquet"]
@@ -134,7 +135,7 @@ def test_json_parquet_and_hf_folder_give_the_jsonl_rows(tmp_path):
     pd.DataFrame(flat_rows(6, ("t1", "t2"))).to_parquet(folder / "test.parquet")
     base = {"test_fraction": 0.25, "cache_dir": str(tmp_path / "hf_cache")}
     results = {
-        name: load_external_pairs({**base, "source": source, "path": str(path)}, "drop", seed=3)
+        name: load_pairs({**base, "source": source, "path": str(path)}, "drop", seed=3)
         for name, source, path in [
             ("jsonl", "jsonl", tmp_path / "p.jsonl"),
             ("json", "json", tmp_path / "p.json"),
@@ -147,7 +148,7 @@ def test_json_parquet_and_hf_folder_give_the_jsonl_rows(tmp_path):
         assert (train, test) == results["jsonl"][:2], name
         assert report["dropped"]["missing_field"] == 1 and report["kept"] == 39, name
     assert "kept-id" in {r["id"] for r in results["jsonl"][0] + results["jsonl"][1]}
-    train, test, report = load_external_pairs(
+    train, test, report = load_pairs(
         {**base, "source": "hf", "path": str(folder), "test_split": "test"}, "drop", 0
     )
     assert (
@@ -162,16 +163,16 @@ def test_held_out_split_is_deterministic_disjoint_and_keeps_prompts_together(tmp
     path = write_lines(tmp_path / "a.jsonl", [json.dumps(r) for r in rows])
     reversed_path = write_lines(tmp_path / "b.jsonl", [json.dumps(r) for r in reversed(rows)])
     cfg = {"source": "jsonl", "path": str(path), "test_fraction": 0.15}
-    train, test, _ = load_external_pairs(cfg, "drop", seed=11)
-    again = load_external_pairs(cfg, "drop", seed=11)
+    train, test, _ = load_pairs(cfg, "drop", seed=11)
+    again = load_pairs(cfg, "drop", seed=11)
     assert (train, test) == again[:2]
     train_ids, test_ids = {r["id"] for r in train}, {r["id"] for r in test}
     assert not train_ids & test_ids and len(train_ids | test_ids) == 200
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in test}
     assert 30 <= len(test) <= 31  # round(200 * 0.15) = 30, plus at most one more pair of the last prompt
-    other_order = load_external_pairs({**cfg, "path": str(reversed_path)}, "drop", seed=11)
+    other_order = load_pairs({**cfg, "path": str(reversed_path)}, "drop", seed=11)
     assert {r["id"] for r in other_order[1]} == test_ids  # the split does not depend on row order
-    other_seed = load_external_pairs(cfg, "drop", seed=12)
+    other_seed = load_pairs(cfg, "drop", seed=12)
     assert {r["id"] for r in other_seed[1]} != test_ids
 
 
@@ -179,7 +180,7 @@ def test_test_split_file_max_rows_and_unique_ids_across_parts(tmp_path):
     rows = flat_rows(30)
     path = write_lines(tmp_path / "a.jsonl", [json.dumps(r) for r in rows])
     cfg = {"source": "jsonl", "path": str(path), "test_split": str(path), "max_rows": 10}
-    train, test, report = load_external_pairs(cfg, "drop", seed=0)
+    train, test, report = load_pairs(cfg, "drop", seed=0)
     assert len(train) == len(test) == 10 and report["reads"][0]["truncated"] is True
     assert report["duplicate_ids"] == 10  # same file twice: every test id was renamed once
     assert len({r["id"] for r in train + test}) == 20
@@ -199,18 +200,18 @@ def test_test_split_file_max_rows_and_unique_ids_across_parts(tmp_path):
 )
 def test_bad_config_names_the_key(cfg, key):
     with pytest.raises(ConfigError, match=key):
-        load_external_pairs(cfg, "drop", seed=0)
+        load_pairs(cfg, "drop", seed=0)
 
 
 def test_missing_files_and_empty_sources_fail_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="data.external.path"):
-        load_external_pairs({"source": "parquet", "path": str(tmp_path / "nope.parquet")}, "drop", 0)
+        load_pairs({"source": "parquet", "path": str(tmp_path / "nope.parquet")}, "drop", 0)
     path = write_lines(tmp_path / "bad.jsonl", [json.dumps({"prompt": "p", "chosen": "a", "rejected": "a"})])
     with pytest.raises(ValueError, match="no usable preference pairs"):
-        load_external_pairs({"source": "jsonl", "path": str(path)}, "drop", 0)
+        load_pairs({"source": "jsonl", "path": str(path)}, "drop", 0)
     with pytest.raises(ValueError, match="expected a JSON list"):
         (tmp_path / "obj.json").write_text("{}", encoding="utf-8")
-        load_external_pairs({"source": "json", "path": str(tmp_path / "obj.json")}, "drop", 0)
+        load_pairs({"source": "json", "path": str(tmp_path / "obj.json")}, "drop", 0)
 
 
 def test_hub_id_offline_is_a_clear_error(tmp_path, monkeypatch):
@@ -219,12 +220,12 @@ def test_hub_id_offline_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match=r"no-such-org/no-such-set \[split filtered\].*HF_HUB_OFFLINE"):
-        load_benchmark_rows("no-such-org/no-such-set", cache_dir=str(tmp_path / "cache"))
+        load_benchmark_rows(
+            "no-such-org/no-such-set", "filtered", bad_rows="drop", cache_dir=str(tmp_path / "cache")
+        )
 
 
 def test_small_sources_still_hold_out_one_pair(tmp_path):
     path = write_lines(tmp_path / "a.jsonl", [json.dumps(r) for r in flat_rows(6, ("s", "s"))][::2])
-    train, test, _ = load_external_pairs(
-        {"source": "jsonl", "path": str(path), "test_fraction": 0.05}, "drop", 0
-    )
+    train, test, _ = load_pairs({"source": "jsonl", "path": str(path), "test_fraction": 0.05}, "drop", 0)
     assert (len(train), len(test)) == (2, 1)  # round(3 * 0.05) = 0, but a positive fraction holds out one

@@ -6,8 +6,9 @@ import json
 from collections import Counter
 
 import pandas as pd
+from support.rows import load_pairs
 
-from prefpipe.data.sources import load_benchmark_rows, load_external_pairs
+from prefpipe.data.sources import load_benchmark_rows
 
 LLMBAR = {
     "llmbar-natural": 100,
@@ -24,7 +25,9 @@ def raw_rows(path) -> list[dict]:
 
 
 def test_rewardbench_subsets_counted_on_the_real_file(shared_data):
-    rows, report = load_benchmark_rows(str(shared_data / "rewardbench_real_subsets.jsonl"))
+    rows, report = load_benchmark_rows(
+        str(shared_data / "rewardbench_real_subsets.jsonl"), "filtered", bad_rows="drop"
+    )
     counts = Counter(row["subset"] for row in rows)
     assert {name: counts[name] for name in LLMBAR} == LLMBAR and sum(LLMBAR.values()) == 419
     assert counts["xstest-should-respond"] == 113 and counts["xstest-should-refuse"] == 131
@@ -40,10 +43,12 @@ def test_real_rewardbench_rows_survive_parquet_and_a_dataset_folder(shared_data,
     folder = tmp_path / "reward-bench"
     (folder / "data").mkdir(parents=True)  # the hub's own layout, where a file name names its split
     pd.DataFrame(raw).to_parquet(folder / "data" / "filtered-00000-of-00001.parquet")
-    expected, _ = load_benchmark_rows(str(shared_data / "rewardbench_real_subsets.jsonl"))
-    from_parquet, _ = load_benchmark_rows(str(tmp_path / "rb.parquet"))
+    expected, _ = load_benchmark_rows(
+        str(shared_data / "rewardbench_real_subsets.jsonl"), "filtered", bad_rows="drop"
+    )
+    from_parquet, _ = load_benchmark_rows(str(tmp_path / "rb.parquet"), "filtered", bad_rows="drop")
     from_folder, report = load_benchmark_rows(
-        str(folder), split="filtered", cache_dir=str(tmp_path / "cache")
+        str(folder), "filtered", bad_rows="drop", cache_dir=str(tmp_path / "cache")
     )
     assert from_parquet == expected and from_folder == expected and report["source"] == "hf"
 
@@ -53,7 +58,7 @@ def test_real_hh_pairs_drop_exactly_the_empty_responses(shared_data):
     raw = raw_rows(path)
     empty = sum(1 for r in raw if not all(r[k].strip() for k in ("prompt", "chosen", "rejected")))
     cfg = {"source": "jsonl", "path": str(path), "test_fraction": 0.1, "subset_name": "hh-harmless"}
-    train, test, report = load_external_pairs(cfg, "drop", seed=0)
+    train, test, report = load_pairs(cfg, "drop", seed=0)
     assert empty == 4 and report["dropped"]["empty_field"] == empty
     assert sum(report["dropped"].values()) == empty and report["kept"] == len(raw) - empty
     assert len(train) + len(test) == len(raw) - empty and abs(len(test) - 0.1 * (len(raw) - empty)) <= 2
@@ -74,7 +79,7 @@ def test_real_hh_rows_rebuilt_as_transcripts_split_back_exactly(shared_data, tmp
     path = tmp_path / "transcripts.jsonl"
     path.write_text("".join(json.dumps(t) + "\n" for t in transcripts), encoding="utf-8")
     cfg = {"source": "jsonl", "path": str(path), "test_fraction": 0.0}
-    train, _, report = load_external_pairs(cfg, "error", seed=0)
+    train, _, report = load_pairs(cfg, "error", seed=0)
     assert report["format"] == "hh" and len(train) == len(raw)
     assert [(r["prompt"], r["chosen"], r["rejected"]) for r in train] == [
         (r["prompt"], r["chosen"], r["rejected"]) for r in raw

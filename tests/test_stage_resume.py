@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -19,12 +18,14 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-from test_grpo_tiny import reward_spec, tiny_llama, tiny_tokenizer
-from test_reward_support import rps_pairs, save_tiny_base
+from support.models import save_tiny_base, save_tiny_policy
+from support.rows import rl_rows, write_reward_data
+from support.settings import grpo_settings, reward_settings, stage_json
+from support.stages import stage_env
 
 from prefpipe.common.io import write_jsonl
+from prefpipe.settings.merge import deep_merge
 
-REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-6  # absolute and relative tolerance for every compared number (observed: exact equality)
 # Wall-clock fields differ between any two runs; everything else must match.
 TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_per_second", "wall_time_s",
@@ -32,26 +33,15 @@ TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_p
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "src"),
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-
-
-def _command(module: str, config: dict, out: Path, **paths: Path) -> list[str]:
-    args = [sys.executable, "-m", module, "--config", json.dumps(config), "--out", str(out)]
+def _command(module: str, config: str, out: Path, **paths: Path) -> list[str]:
+    args = [sys.executable, "-m", module, "--config", config, "--out", str(out)]
     for flag, path in paths.items():
         args += [f"--{flag.replace('_', '-')}", str(path)]
     return args
 
 
 def _run(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=stage_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -60,7 +50,7 @@ def _rows(path: Path) -> list[dict]:
 
 def _sigterm_mid_run(cmd: list[str], metrics: Path, after_rows: int = 2, timeout: float = 300) -> int:
     """Start the stage, send SIGTERM as soon as `after_rows` steps are logged, return its exit code."""
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=stage_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -132,36 +122,28 @@ def _refuses_other_config(cmd: list[str], out: Path, checkpoint: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ reward stage
-def _reward_data(folder: Path) -> Path:
-    rows = rps_pairs()
-    extra = [
-        {"id": f"m{i}", "prompt": f"What is {i} plus 1?", "chosen": f"The answer is {i + 1}.",
-         "rejected": f"The answer is {i + 3}.", "subset": "chat-arith"}
-        for i in range(6)
-    ]  # fmt: skip
-    write_jsonl(folder / "pairs_train.jsonl", rows + extra)
-    write_jsonl(folder / "pairs_test.jsonl", rows[:6] + extra[:3])
-    return folder
-
-
-REWARD_CONFIG = {
-    "seed": 3,
-    "torch_threads": 1,
-    "wandb": {"enabled": False},
-    "head": {"type": "bgpm", "dim": 4, "bayes": {"kl_warmup_steps": 20}},
+# 18 pairs, batch 4: batches cross epoch boundaries; SIGTERM-only checkpoints (checkpoint_every 0)
+REWARD = {
+    "head": {"dim": 4, "bayes": {"kl_warmup_steps": 20}},
     "data": {"max_length": 48},
-    # 18 pairs, batch 4: batches cross epoch boundaries; SIGTERM-only checkpoints (checkpoint_every 0)
-    "train": {"steps": 60, "batch_size": 4, "micro_batch_size": 2, "learning_rate": 1e-3, "warmup_steps": 5},
+    "train": {"steps": 60, "batch_size": 4, "micro_batch_size": 2, "learning_rate": 1e-3, "warmup_steps": 5,
+              "checkpoint_every": 0},
     "eval": {"batch_size": 4, "train_pairs": 8},
-}
+}  # fmt: skip
+REWARD_STEPS = REWARD["train"]["steps"]
+
+
+def _reward_config(**changes: dict) -> str:
+    """The bgpm variant with REWARD and `changes` (train={...}) merged over it, as the stage's --config."""
+    return stage_json(reward_settings(deep_merge(REWARD, changes), variant="bgpm", seed=3))
 
 
 def test_reward_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
     base = save_tiny_base(tmp_path / "base")
-    data = _reward_data(tmp_path / "data")
+    data = write_reward_data(tmp_path / "data")
     full, cut = tmp_path / "full", tmp_path / "cut"
 
-    def cmd(out: Path, config: dict = REWARD_CONFIG) -> list[str]:
+    def cmd(out: Path, config: str = _reward_config()) -> list[str]:
         return _command("prefpipe.train_reward", config, out, data=data, base=base)
 
     done = _run(cmd(full))
@@ -170,23 +152,21 @@ def test_reward_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
     _sigterm_mid_run(cmd(cut), cut / "metrics.jsonl")
     pointer = json.loads((cut / "checkpoints" / "latest.json").read_text())
     stopped_at = pointer["step"]
-    assert 2 <= stopped_at < REWARD_CONFIG["train"]["steps"], pointer
+    assert 2 <= stopped_at < REWARD_STEPS, pointer
     checkpoint = cut / "checkpoints" / pointer["path"]
     assert len(_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "model").exists()
 
-    other = {**REWARD_CONFIG, "train": {**REWARD_CONFIG["train"], "learning_rate": 2e-3}}
-    _refuses_other_config(cmd(cut, other), cut, checkpoint)
+    _refuses_other_config(cmd(cut, _reward_config(train={"learning_rate": 2e-3})), cut, checkpoint)
 
     # Bookkeeping (evaluation batch size) is not part of the fingerprint: the run still resumes.
-    bookkeeping = {**REWARD_CONFIG, "eval": {**REWARD_CONFIG["eval"], "batch_size": 5}}
-    resumed = _run(cmd(cut, bookkeeping))
+    resumed = _run(cmd(cut, _reward_config(eval={"batch_size": 5})))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = _summary(cut)
     assert summary["resumed_from_step"] == stopped_at
     assert not (cut / "checkpoints").exists()  # removed once the model is saved (keep_checkpoints false)
 
     rows_full, rows_cut = _rows(full / "metrics.jsonl"), _rows(cut / "metrics.jsonl")
-    assert [r["step"] for r in rows_cut] == list(range(1, REWARD_CONFIG["train"]["steps"] + 1))
+    assert [r["step"] for r in rows_cut] == list(range(1, REWARD_STEPS + 1))
     deviations = {
         "metrics": _max_deviation(rows_full, rows_cut),
         "summary": _max_deviation(_summary(full), summary),
@@ -200,10 +180,7 @@ def test_reward_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ GRPO stage
-GRPO_CONFIG = {
-    "seed": 5,
-    "torch_threads": 1,
-    "run": "resume",
+GRPO = {
     "steps": 40,
     "prompts_per_step": 2,
     "num_generations": 4,
@@ -214,7 +191,7 @@ GRPO_CONFIG = {
     "micro_batch_size": 5,
     "sample_every": 7,
     "checkpoint_every": 0,
-    "rewards": [reward_spec("verifier"), reward_spec("format", weight=0.5, pattern="[0-9]")],
+    "rewards": [{"type": "verifier", "weight": 1.0}, {"type": "format", "weight": 0.5, "pattern": "[0-9]"}],
 }
 PROMPTS = [
     ("What is 2 plus 3?", "5", "add"),
@@ -225,17 +202,18 @@ PROMPTS = [
 ]
 
 
+def _grpo_config(**changes) -> str:
+    """Run `resume`: the verifier run's defaults with GRPO and `changes` over them, as the stage's --config."""
+    return stage_json(grpo_settings({**GRPO, **changes}, run="resume", seed=5))
+
+
 def test_grpo_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
-    tok = tiny_tokenizer(chat_template=True)
-    policy = tmp_path / "policy"
-    tiny_llama(tok, seed=1).save_pretrained(policy)
-    tok.save_pretrained(policy)
+    policy = save_tiny_policy(tmp_path / "policy", seed=1)
     data = tmp_path / "data"
-    write_jsonl(data / "rl_prompts_train.jsonl",
-                [{"id": f"p{i}", "prompt": p, "answer": a, "kind": k} for i, (p, a, k) in enumerate(PROMPTS)])  # fmt: skip
+    write_jsonl(data / "rl_prompts_train.jsonl", rl_rows(PROMPTS))
     full, cut = tmp_path / "full", tmp_path / "cut"
 
-    def cmd(out: Path, config: dict = GRPO_CONFIG) -> list[str]:
+    def cmd(out: Path, config: str = _grpo_config()) -> list[str]:
         return _command("prefpipe.train_grpo", config, out, data=data, policy=policy)
 
     done = _run(cmd(full))
@@ -243,19 +221,19 @@ def test_grpo_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
 
     _sigterm_mid_run(cmd(cut), cut / "metrics.jsonl")
     checkpoint = cut / "checkpoint"
-    stopped_at = json.loads((checkpoint / "latest.json").read_text())["step"]
-    assert 2 <= stopped_at < GRPO_CONFIG["steps"]
+    stopped_at = json.loads((checkpoint / "checkpoint.json").read_text())["step"]
+    assert 2 <= stopped_at < GRPO["steps"]
     assert len(_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "policy").exists()
 
-    _refuses_other_config(cmd(cut, {**GRPO_CONFIG, "beta": 0.1}), cut, checkpoint)
+    _refuses_other_config(cmd(cut, _grpo_config(beta=0.1)), cut, checkpoint)
 
-    resumed = _run(cmd(cut, {**GRPO_CONFIG, "keep_checkpoint": True}))  # bookkeeping key: still resumes
+    resumed = _run(cmd(cut, _grpo_config(keep_checkpoint=True)))  # bookkeeping key: still resumes
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = _summary(cut)
     assert summary["resumed_from_step"] == stopped_at
 
     rows_full, rows_cut = _rows(full / "metrics.jsonl"), _rows(cut / "metrics.jsonl")
-    assert [r["step"] for r in rows_cut] == list(range(GRPO_CONFIG["steps"]))
+    assert [r["step"] for r in rows_cut] == list(range(GRPO["steps"]))
     deviations = {
         "metrics": _max_deviation(rows_full, rows_cut),
         "summary": _max_deviation(_summary(full), summary),

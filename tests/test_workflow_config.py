@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def _workflow_copy(tmp_path: Path) -> Path:
-    """A copy of the workflow files only (no results), so a test never touches the checkout's results/."""
-    dest = tmp_path / "wf"
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name)
-        else:
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    return dest
+    """A copy of the workflow files (src linked: the Snakefile imports prefpipe.settings), so a test never
+    touches the checkout's results/."""
+    return repo_copy(tmp_path / "wf", link_src=True)
 
 
 def _dry_run(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -59,13 +52,10 @@ def test_experiment_configs_dry_run(tmp_path, experiment):
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ({"data": {"not_a_key": 1}}, ["'not_a_key' was unexpected", "instance['data']"]),
-        (
-            {"base": {"sft": {"steps": "many"}}},
-            ["'many' is not of type 'integer'", "['base']['sft']['steps']"],
-        ),
-        ({"data": {"source": "ftp"}}, ["'ftp' is not one of", "['data']['source']"]),
-        ({"seed": -1}, ["-1 is less than the minimum", "instance['seed']"]),
+        ({"data": {"not_a_key": 1}}, ["config.data: Additional properties", "'not_a_key' was unexpected"]),
+        ({"base": {"sft": {"steps": "many"}}}, ["config.base.sft.steps: 'many' is not of type 'integer'"]),
+        ({"data": {"source": "ftp"}}, ["config.data.source: 'ftp' is not one of"]),
+        ({"seed": -1}, ["config.seed: -1 is less than the minimum of 0"]),
     ],
     ids=["unknown-key", "wrong-type", "bad-enum", "out-of-range"],
 )
@@ -90,7 +80,7 @@ def test_bad_config_names_the_key_and_writes_nothing(tmp_path, override, expecte
     [
         (["gpm", "bgpm"], None),
         (["gpm", "nope"], "reward.only names ['nope'], which are not in reward.variants"),
-        (["gpm"], "grpo.runs.bgpm_risk.reward_model = 'bgpm' is not a reward variant of this run"),
+        (["gpm"], "grpo.runs.bgpm_risk.reward_model = 'bgpm' is narrowed away by reward.only"),
     ],
     ids=["narrowed", "unknown-name", "grpo-needs-a-dropped-variant"],
 )

@@ -6,19 +6,14 @@ import itertools
 import random
 from collections import defaultdict
 
+from support.settings import world_settings
+
 from prefpipe.data import synthetic_cyclic
 from prefpipe.data.synthetic_world import build_world
 
-SYNTH = {
-    "pairs_per_subset_train": 4,
-    "pairs_per_subset_test": 2,
-    "cyclic_triples_train": 60,
-    "cyclic_triples_test": 30,
-    "demonstrations": 8,
-    "rl_prompts_train": 8,
-    "rl_prompts_heldout": 8,
-    "demo_error_rate": 0.5,
-}
+SYNTH = world_settings(
+    pairs=(4, 2), triples=(60, 30), rl_prompts=(8, 8), demonstrations=8, demo_error_rate=0.5
+)
 
 
 def best_scalar_accuracy(pairs: list[tuple[str, str]]) -> float:
@@ -50,7 +45,7 @@ def test_world_triples_are_intransitive_and_cap_scalars_at_two_thirds() -> None:
     world = build_world(SYNTH, seed=5)
     for split_rows in (world.pairs_train, world.pairs_test):
         groups = group_triples(split_rows)
-        assert len(groups) in (SYNTH["cyclic_triples_train"], SYNTH["cyclic_triples_test"])
+        assert len(groups) in (SYNTH.cyclic_triples_train, SYNTH.cyclic_triples_test)
         for triple in groups.values():
             assert len(triple) == 3 and len({r["prompt"] for r in triple}) == 1
             pairs = [(r["chosen"], r["rejected"]) for r in triple]

@@ -6,6 +6,7 @@ Answers are re-derived here from the prompt text with an independent parser, nev
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import operator
 import re
@@ -13,11 +14,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.settings import data_settings, stage_json
+from support.stages import run_main
 
 from prefpipe import prep_data
 from prefpipe.common.config import ConfigError
 from prefpipe.data import synthetic_safety
 from prefpipe.data.synthetic_world import build_world
+from prefpipe.settings.build import to_mapping
+from prefpipe.settings.data import DataSettings
+from prefpipe.settings.pipeline import build_stage
 
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
 SECTIONS = {
@@ -37,24 +43,22 @@ SYNTH = {
     "demo_error_rate": 0.25,
     "kinds": ["add", "sub", "count", "upper", "repeat", "sort", "first", "last"],
 }
-STAGE_CFG = {
-    "experiment": "test",
-    "seed": 3,
-    "torch_threads": 1,
-    "wandb": {"enabled": False},
-    "source": "synthetic",
-    "bad_rows": "drop",
-    "synthetic": SYNTH,
-    "sections": SECTIONS,
-    "cyclic_subsets": ["cyclic-rps"],
-}
 OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
-def run_stage(out: Path, **overrides) -> Path:
-    cfg = copy.deepcopy(STAGE_CFG)
-    cfg.update(overrides)
-    prep_data.main(["--config", json.dumps(cfg), "--out", str(out)])
+def stage_settings(seed: int = 3, **replaced) -> DataSettings:
+    """The data stage's settings: the default `data` with SYNTH, experiment "test"; `replaced` keys are
+    replaced whole (dataclasses.replace, so a `sections` mapping is not merged into the default one)."""
+    settings = data_settings({"synthetic": SYNTH}, experiment="test", seed=seed)
+    return dataclasses.replace(settings, **replaced)
+
+
+def run_stage(out: Path, caplog=None, seed: int = 3, **replaced) -> Path:
+    """Run prep_data into `out` (asserting exit 0); with caplog, return its exit code and error lines."""
+    code, errors = run_main(prep_data.main, stage_json(stage_settings(seed, **replaced)), caplog, out=out)
+    if caplog is not None:
+        return code, errors
+    assert code == 0, errors
     return out
 
 
@@ -216,28 +220,34 @@ def test_reasoning_rejected_has_exactly_one_wrong_step(world_dir: Path) -> None:
         assert good_final != bad_final
 
 
-def test_section_mapping_errors_name_the_problem(tmp_path: Path) -> None:
+def test_section_mapping_errors_name_the_problem(tmp_path: Path, caplog) -> None:
     bad = copy.deepcopy(SECTIONS)
     bad["chat"] = ["chat-arith", "chat-typo"]
-    with pytest.raises(ConfigError, match="chat-typo"):
-        run_stage(tmp_path / "a", sections=bad)
+    code, errors = run_stage(tmp_path / "a", caplog, sections=bad)
+    assert code == 2 and len(errors) == 1 and "chat-typo" in errors[0]
     missing = copy.deepcopy(SECTIONS)
     missing["reasoning"] = []
-    with pytest.raises(ConfigError, match="reasoning-multistep"):
-        run_stage(tmp_path / "b", sections=missing)
+    code, errors = run_stage(tmp_path / "b", caplog, sections=missing)
+    assert code == 2 and len(errors) == 1 and "reasoning-multistep" in errors[0]
     assert not (tmp_path / "b" / "pairs_train.jsonl").exists()  # checked before anything is written
 
 
 def test_config_errors_name_the_key() -> None:
-    cfg = {k: v for k, v in SYNTH.items() if k != "demonstrations"}
-    with pytest.raises(ConfigError, match="demonstrations"):
-        build_world(cfg, 0)
-    with pytest.raises(ConfigError, match="demo_error_rate"):
-        build_world({**SYNTH, "demo_error_rate": 1.5}, 0)
-    with pytest.raises(ConfigError, match="kinds"):
-        build_world({**SYNTH, "kinds": ["add", "poem"]}, 0)
-    with pytest.raises(ConfigError, match="cyclic_triples"):
-        build_world({**SYNTH, "cyclic_triples_train": 500}, 0)
+    stage = to_mapping(stage_settings())
+    stage["synthetic"] = {k: v for k, v in SYNTH.items() if k != "demonstrations"}
+    with pytest.raises(ConfigError, match=r"config\.synthetic: missing key\(s\) demonstrations"):
+        build_stage(DataSettings, stage, "config")
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.demo_error_rate: 1\.5 is greater than"):
+        data_settings({"synthetic": {"demo_error_rate": 1.5}})
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.kinds\.1: 'poem' is not one of"):
+        data_settings({"synthetic": {"kinds": ["add", "poem"]}})
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.cyclic_triples_train: 500 is greater than"):
+        data_settings({"synthetic": {"cyclic_triples_train": 500}})
+    too_many = dataclasses.replace(
+        stage_settings().synthetic, cyclic_triples_train=150, cyclic_triples_test=100
+    )
+    with pytest.raises(ConfigError, match=r"cyclic_triples_train \+ cyclic_triples_test = 250 exceeds"):
+        build_world(too_many, 0)
 
 
 def test_external_source_replaces_only_the_pairs(tmp_path: Path) -> None:
@@ -266,7 +276,7 @@ def test_external_source_replaces_only_the_pairs(tmp_path: Path) -> None:
     out = run_stage(
         tmp_path / "ext",
         source="jsonl",
-        external=external,
+        external=dataclasses.replace(stage_settings().external, **external),
         sections={"chat": ["alpacaeval-easy"]},
         cyclic_subsets=[],
     )

@@ -57,3 +57,68 @@ def report_settings(overrides: dict[str, Any] | None = None, **top: Any) -> Repo
 def stage_json(settings: Any, threads: int | None = 1) -> str:
     """What the workflow passes to a stage as --config."""
     return pipeline().stage_json(settings, threads)
+
+
+# A small, fast reward variant for tests on the tiny backbones of support/models.py: a 4-dim head, short
+# sequences, a few constant-rate steps without warm-up, no train-accuracy pass.
+TINY_REWARD: dict[str, Any] = {
+    "head": {"dim": 4},
+    "data": {"max_length": 64},
+    "train": {
+        "steps": 4,
+        "batch_size": 8,
+        "micro_batch_size": 8,
+        "learning_rate": 1e-2,
+        "warmup_steps": 0,
+        "lr_schedule": "constant",
+    },
+    "eval": {"batch_size": 8, "train_pairs": 0},
+}
+
+
+def tiny_reward_settings(head: str = "gpm", /, **overrides: Any) -> RewardSettings:
+    """The default `head` variant (bt, gpm or bgpm) with TINY_REWARD and then `overrides` (head={"dim": 6},
+    train={...}) deep-merged over it; a bgpm head warms its KL up over 2 steps."""
+    from prefpipe.settings.merge import deep_merge
+
+    tiny = deep_merge(TINY_REWARD, {"head": {"bayes": {"kl_warmup_steps": 2}}} if head == "bgpm" else {})
+    return reward_settings(deep_merge(tiny, overrides), variant=head)
+
+
+def world_settings(
+    *,
+    pairs: tuple[int, int],
+    triples: tuple[int, int],
+    rl_prompts: tuple[int, int],
+    demonstrations: int,
+    demo_error_rate: float,
+    **synthetic: Any,
+):
+    """`data.synthetic` (SyntheticWorldSettings, what build_world takes) sized for a test: pairs per subset,
+    cyclic triples and RL prompts as (train, test/held-out); other keys (kinds) merged over the default."""
+    sizes = {
+        "pairs_per_subset_train": pairs[0],
+        "pairs_per_subset_test": pairs[1],
+        "cyclic_triples_train": triples[0],
+        "cyclic_triples_test": triples[1],
+        "rl_prompts_train": rl_prompts[0],
+        "rl_prompts_heldout": rl_prompts[1],
+        "demonstrations": demonstrations,
+        "demo_error_rate": demo_error_rate,
+    }
+    return data_settings({"synthetic": {**sizes, **synthetic}}).synthetic
+
+
+def external_settings(**external: Any):
+    """`data.external` (ExternalSourceSettings, what load_external_pairs takes) with `external` merged over
+    the default."""
+    return data_settings({"external": external}).external
+
+
+def reward_spec(type_: str, **overrides: Any) -> dict[str, Any]:
+    """A complete `grpo.rewards` entry as the settings layer passes it: the schema fills each default."""
+    from prefpipe.settings import schema
+
+    run = {"rewards": [{"type": type_, **overrides}]}
+    schema.validate(run, "grpo.schema.yaml#/$defs/grpo_run", "test")
+    return run["rewards"][0]

@@ -1,0 +1,25 @@
+"""Deterministic test scorers with the reward-model API (`encode`, `compare`, `head_type`, `tau`): evaluation
+code can be checked by hand against them without a model."""
+
+from __future__ import annotations
+
+import torch
+
+
+class LengthRuleScorer:
+    """A BT-style scalar head: a response's reward is its length in characters, so the longer response wins.
+    `batches` records each encode call's sequence lengths (prompt + response characters)."""
+
+    head_type = "bt"
+    tau = 1.0
+    bayesian = False
+
+    def __init__(self):
+        self.batches: list[list[int]] = []
+
+    def encode(self, prompts, responses, batch_size=16):
+        self.batches.append([len(p) + len(r) for p, r in zip(prompts, responses, strict=True)])
+        return {"reward": torch.tensor([float(len(r)) for r in responses])}
+
+    def compare(self, enc_a, enc_b):
+        return enc_a["reward"] - enc_b["reward"], None
