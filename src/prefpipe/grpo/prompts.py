@@ -6,6 +6,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
 
 REQUIRED = ("id", "prompt", "answer", "kind")
@@ -34,7 +35,7 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
             {"id": row_id, "prompt": row["prompt"], "answer": str(row["answer"]), "kind": str(row["kind"])}
         )
     if not rows:
-        raise ValueError(f"{path}: no usable RL prompt rows (skipped: {dict(skipped)})")
+        raise DataError(f"{path}: no usable RL prompt rows (skipped: {dict(skipped)})")
     if limit is not None:
         rows = rows[:limit]
     return rows, dict(skipped)

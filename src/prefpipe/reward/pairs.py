@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefpipe.common.checkpoint import content_digest
+from prefpipe.common.config import DataError
 
 REQUIRED = ("prompt", "chosen", "rejected")
 
@@ -42,16 +43,14 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
+                raise DataError(f"{where}: not valid JSON ({err.msg})") from err
             if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object")
+                raise DataError(f"{where}: expected a JSON object")
             for key in REQUIRED:
                 if key not in row:
-                    raise ValueError(f"{where}: missing field {key!r} (needs {', '.join(REQUIRED)})")
+                    raise DataError(f"{where}: missing field {key!r} (needs {', '.join(REQUIRED)})")
                 if not isinstance(row[key], str):
-                    raise ValueError(
-                        f"{where}: field {key!r} must be a string, got {type(row[key]).__name__}"
-                    )
+                    raise DataError(f"{where}: field {key!r} must be a string, got {type(row[key]).__name__}")
             if not row["chosen"].strip() or not row["rejected"].strip():
                 skipped["empty_response"] += 1
                 continue
@@ -68,7 +67,7 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
                 )
             )
     if not pairs:
-        raise ValueError(f"{path}: no usable preference pairs")
+        raise DataError(f"{path}: no usable preference pairs")
     return pairs, skipped
 
 

@@ -50,10 +50,6 @@ def _set_defaults(validator_class: type) -> type:
 _Validator = _set_defaults(jsonschema.Draft202012Validator)
 
 
-def dotted(path: Any) -> str:
-    return ".".join(str(part) for part in path) or "<top level>"
-
-
 def validate(instance: dict[str, Any], ref: str = ROOT_SCHEMA, where: str = "config") -> None:
     """Validate `instance` (in place: schema defaults are filled) against the schema `ref`
     (`file.schema.yaml` or `file.schema.yaml#/$defs/name`); raise ConfigError naming the first bad key."""
@@ -62,5 +58,5 @@ def validate(instance: dict[str, Any], ref: str = ROOT_SCHEMA, where: str = "con
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
-        prefix = f"{where}." if where else ""
-        raise ConfigError(f"{prefix}{dotted(error.absolute_path)}: {error.message}")
+        key = ".".join(part for part in (where, ".".join(map(str, error.absolute_path))) if part)
+        raise ConfigError(f"{key or '<top level>'}: {error.message}")
