@@ -107,16 +107,16 @@ class _BrokenScorer(LengthRuleScorer):
 
 
 @pytest.mark.parametrize(
-    ("mode", "head", "message"),
+    ("mode", "bayesian", "message"),
     [
-        ("rows", "bt", "expected 2 rows"),
-        ("nan", "bt", "non-finite scores"),
-        ("ok", "bgpm", "must return a score variance"),
+        ("rows", False, "expected 2 rows"),
+        ("nan", False, "non-finite scores"),
+        ("ok", True, "must return a score variance"),
     ],
 )
-def test_bad_model_output_is_a_clear_error(mode, head, message):
+def test_bad_model_output_is_a_clear_error(mode, bayesian, message):
     scorer = _BrokenScorer(mode)
-    scorer.head_type = head
+    scorer.bayesian = bayesian
     with pytest.raises(ValueError, match=message):
         score_pairs(scorer, ["p"] * 3, ["aa", "b", "ccc"], ["a", "bb", "c"], batch_size=2)
 

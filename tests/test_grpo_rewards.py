@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 from support.models import save_tiny_policy
-from support.settings import reward_settings
+from support.settings import reward_settings, reward_spec
 
 from prefpipe.common.config import ConfigError
 from prefpipe.grpo.rewards import (
+    REWARD_SOURCES,
     RewardInputs,
-    RewardModelReward,
     WeightedReward,
     build_rewards,
     compute_rewards,
     group_pair_index,
+    needs_reference_completions,
     token_f1,
 )
 
@@ -42,10 +43,10 @@ def test_rule_rewards_by_hand():
         w.name: w.fn(inputs()).tolist()
         for w in build_rewards(
             [
-                {"type": "verifier"},
-                {"type": "exact_match"},
-                {"type": "token_f1"},
-                {"type": "format", "pattern": r"\S+"},
+                reward_spec("verifier"),
+                reward_spec("exact_match"),
+                reward_spec("token_f1"),
+                reward_spec("format", pattern=r"\S+"),
             ]
         )
     }
@@ -75,11 +76,31 @@ def test_weighted_sum_and_bad_values():
 
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"grpo.rewards\[0\].type"):
-        build_rewards([{"type": "bleu"}])
-    with pytest.raises(ConfigError, match="no --reward-model"):
-        build_rewards([{"type": "reward_model"}])
+        build_rewards([reward_spec("bleu")])
+    with pytest.raises(ConfigError, match=r"grpo.rewards\[0\] \(reward_model\): .*no --reward-model"):
+        build_rewards([reward_spec("reward_model")])
     with pytest.raises(ConfigError, match="used twice"):
-        build_rewards([{"type": "verifier"}, {"type": "verifier"}])
+        build_rewards([reward_spec("verifier"), reward_spec("verifier")])
+    with pytest.raises(ConfigError, match=r"grpo.rewards\[1\] \(format\) lacks \['name', 'pattern'\]"):
+        build_rewards([reward_spec("verifier"), {"type": "format", "weight": 1.0}])
+
+
+def test_specs_are_complete_and_name_null_means_the_type():
+    built = build_rewards([reward_spec("verifier"), reward_spec("verifier", name="again", weight=0.5)])
+    assert [(w.name, w.weight) for w in built] == [("verifier", 1.0), ("again", 0.5)]
+    assert not needs_reference_completions([reward_spec("verifier"), reward_spec("reward_model")])
+    assert needs_reference_completions([reward_spec("reward_model", opponent="reference")])
+
+
+def test_a_new_reward_source_is_one_registered_factory(monkeypatch):
+    from prefpipe.grpo.rewards import register_reward_source
+
+    monkeypatch.setattr("prefpipe.grpo.rewards.REWARD_SOURCES", dict(REWARD_SOURCES))
+    register_reward_source("length")(
+        lambda spec, rm: lambda inputs: torch.tensor([float(len(c)) for c in inputs.completions])
+    )
+    (length,) = build_rewards([reward_spec("length", weight=2.0)])
+    assert length.fn(inputs()).tolist() == [float(len(c)) for c in COMPLETIONS]
 
 
 def test_group_pair_index_is_all_ordered_pairs_within_groups():
@@ -118,6 +139,12 @@ def _rm(backbone_dir, head: dict):
     return build_reward_model(str(backbone_dir), settings).eval()
 
 
+def _rm_reward(rm, **spec):
+    """The reward_model reward built the normal way, from a complete spec."""
+    (reward,) = build_rewards([reward_spec("reward_model", **spec)], rm)
+    return reward.fn
+
+
 def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
     """Independent path: encode each completion on its own, compare one pair."""
     score, var = rm.compare(rm.encode([prompt], [a]), rm.encode([prompt], [b]))
@@ -126,7 +153,7 @@ def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
 
 def test_bt_reward_is_the_scalar_reward(backbone_dir):
     rm = _rm(backbone_dir, {"type": "bt"})
-    got = RewardModelReward(rm)(inputs()).tolist()
+    got = _rm_reward(rm)(inputs()).tolist()
     want = [
         float(rm.encode([p], [c])["reward"][0]) for p, c in zip(inputs().prompts, COMPLETIONS, strict=True)
     ]
@@ -135,7 +162,7 @@ def test_bt_reward_is_the_scalar_reward(backbone_dir):
 
 def test_gpm_reward_is_mean_preference_over_the_group(backbone_dir):
     rm = _rm(backbone_dir, {"type": "gpm", "dim": 4})
-    got = RewardModelReward(rm)(inputs()).tolist()
+    got = _rm_reward(rm)(inputs()).tolist()
     want = []
     for g in range(2):
         for i in range(G):
@@ -147,14 +174,14 @@ def test_gpm_reward_is_mean_preference_over_the_group(backbone_dir):
             want.append(sum(others) / len(others))
     assert got == pytest.approx(want, abs=1e-5)
     assert abs(sum(got[:G])) < 1e-5  # skew symmetry: group-relative rewards sum to zero
-    sig = RewardModelReward(rm, transform="sigmoid")(inputs())
+    sig = _rm_reward(rm, transform="sigmoid")(inputs())
     assert ((sig > 0) & (sig < 1)).all()
 
 
 def test_bgpm_risk_averse_reward_subtracts_lambda_std(backbone_dir):
     rm = _rm(backbone_dir, {"type": "bgpm", "dim": 4, "bayes": {}})
     lam = 0.7
-    got = RewardModelReward(rm, risk_aversion=lam)(inputs()).tolist()
+    got = _rm_reward(rm, risk_aversion=lam)(inputs()).tolist()
     want = []
     for g in range(2):
         for i in range(G):
@@ -165,16 +192,18 @@ def test_bgpm_risk_averse_reward_subtracts_lambda_std(backbone_dir):
                     vals.append(s - lam * v**0.5)
             want.append(sum(vals) / len(vals))
     assert got == pytest.approx(want, abs=1e-5)
-    plain = RewardModelReward(rm)(inputs())
+    plain = _rm_reward(rm)(inputs())
     assert (torch.tensor(got) < plain).all()  # the posterior has variance, so every reward drops
 
 
 def test_reference_opponent_and_risk_aversion_needs_bgpm(backbone_dir):
     rm = _rm(backbone_dir, {"type": "gpm", "dim": 4})
     refs = ["5"] * G + ["yes"] * G
-    got = RewardModelReward(rm, opponent="reference")(inputs(reference_completions=refs)).tolist()
+    got = _rm_reward(rm, opponent="reference")(inputs(reference_completions=refs)).tolist()
     want = [_score(rm, p, c, r)[0] for p, c, r in zip(inputs().prompts, COMPLETIONS, refs, strict=True)]
     assert got == pytest.approx(want, abs=1e-5)
     assert got[0] == pytest.approx(0.0, abs=1e-6)  # s(y > y) = 0
-    with pytest.raises(ConfigError, match="risk_aversion needs a bgpm"):
-        RewardModelReward(rm, risk_aversion=0.5)
+    with pytest.raises(
+        ConfigError, match=r"grpo.rewards\[0\] \(reward_model\): risk_aversion needs a Bayesian"
+    ):
+        _rm_reward(rm, risk_aversion=0.5)

@@ -32,7 +32,12 @@ def test_odd_head_dimension_names_the_key():
 @pytest.mark.parametrize(
     ("variant", "overrides", "key", "message"),
     [
-        ("gpm", {"head": {"type": "gpn"}}, ".head.type", "'gpn' is not one of"),
+        (
+            "gpm",
+            {"head": {"type": "gpn"}},
+            ".head.type",
+            "unknown reward head 'gpn'; known heads: bgpm, bt, gpm",
+        ),
         ("bgpm", {"head": {"bayes": {"kl_mean": "sphere"}}}, ".head.bayes.kl_mean", "'sphere' is not one of"),
         ("bgpm", {"head": {"bayes": {"prior_variance": 0}}}, ".head.bayes.prior_variance", "0 is less"),
         ("bgpm", {"head": {"bayes": {"logvar_clamp": [2, -8]}}}, ".head.bayes.logvar_clamp", "expected"),

@@ -221,7 +221,7 @@ def test_grpo_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
 
     _sigterm_mid_run(cmd(cut), cut / "metrics.jsonl")
     checkpoint = cut / "checkpoint"
-    stopped_at = json.loads((checkpoint / "checkpoint.json").read_text())["step"]
+    stopped_at = json.loads((checkpoint / "latest.json").read_text())["step"]
     assert 2 <= stopped_at < GRPO["steps"]
     assert len(_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "policy").exists()
 

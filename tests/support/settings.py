@@ -82,7 +82,10 @@ def tiny_reward_settings(head: str = "gpm", /, **overrides: Any) -> RewardSettin
     from prefpipe.settings.merge import deep_merge
 
     tiny = deep_merge(TINY_REWARD, {"head": {"bayes": {"kl_warmup_steps": 2}}} if head == "bgpm" else {})
-    return reward_settings(deep_merge(tiny, overrides), variant=head)
+    if head in ("bt", "gpm", "bgpm"):  # the default variant of that name
+        return reward_settings(deep_merge(tiny, overrides), variant=head)
+    # any other registered head: the gpm variant with that head type
+    return reward_settings(deep_merge(deep_merge(tiny, {"head": {"type": head}}), overrides))
 
 
 def world_settings(
