@@ -40,10 +40,7 @@ def register(name: str) -> Callable[[H], H]:
 def get_head_class(name: str) -> type[RewardHead]:
     """The head class registered as `name`; ConfigError naming the config key and the known heads."""
     if name not in HEADS:
-        raise ConfigError(
-            f"head.type: unknown reward head {name!r}; "
-            f"known heads: {', '.join(sorted(HEADS))}"
-        )
+        raise ConfigError(f"head.type: unknown reward head {name!r}; known heads: {', '.join(sorted(HEADS))}")
     return HEADS[name]
 
 
