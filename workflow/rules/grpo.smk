@@ -37,7 +37,9 @@ rule train_grpo:
     params:
         src=SRC,
         launch=lambda wildcards, resources: single_process("train_grpo", resources.gpu),
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.grpo[wildcards.run], threads),
+        cfg=lambda wildcards, threads: stage_config(
+            SETTINGS.grpo[wildcards.run], threads
+        ),
         provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
@@ -75,7 +77,9 @@ rule eval_policy:
         gpu=res("eval_policy", "gpu"),
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.grpo[wildcards.run], threads),
+        cfg=lambda wildcards, threads: stage_config(
+            SETTINGS.grpo[wildcards.run], threads
+        ),
         provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_heldout),
         out=lambda wildcards, output: os.path.dirname(output.summary),

@@ -31,8 +31,12 @@ rule train_reward_model:
         gpu=res("train_reward_model", "gpu"),
     params:
         src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.reward[wildcards.variant], threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.reward[wildcards.variant], None),
+        cfg=lambda wildcards, threads: stage_config(
+            SETTINGS.reward[wildcards.variant], threads
+        ),
+        provenance=lambda wildcards: stage_config(
+            SETTINGS.reward[wildcards.variant], None
+        ),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
         launch=lambda wildcards, resources: launcher(resources.gpu),
