@@ -20,14 +20,14 @@ RESULTS = "results"
 def stage_config(settings, threads):
     """The JSON a stage module receives (`--config`): its settings with torch_threads = the rule's threads.
 
-    Every rule also has a `provenance` param, this JSON with threads=None: Snakemake does not record params
-    computed from threads/input/output, so without it a changed config value would never rerun the stage.
+    Each rule also passes a `provenance` param, this JSON with threads=None (Snakemake does not record params
+    computed from threads/input/output, so without it a changed config value would never rerun the stage).
     """
     return SETTINGS.stage_json(settings, threads)
 
 
 def res(rule_name, key):
-    """Per-rule resources: resources.default updated by resources.<rule>."""
+    """Per-rule resources, resources.default updated by resources.<rule_name>."""
     return SETTINGS.resources(rule_name)[key]
 
 
