@@ -96,3 +96,22 @@ def test_reward_only_selects_variants(tmp_path, only, expected):
     else:
         assert result.returncode != 0 and expected in output, output
     assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "runs", "report"),
+    [
+        ({"grpo": {"only": ["verifier"]}}, {"verifier"}, True),
+        ({"grpo": {"enabled": False}, "report": {"enabled": False}}, set(), False),
+    ],
+    ids=["grpo-only", "grpo-and-report-off"],
+)
+def test_grpo_only_and_stage_switches_select_jobs(tmp_path, override, runs, report):
+    """grpo.only trains just the runs it names (and their policy evaluations); the switches leave stages out."""
+    workdir = _workflow_copy(tmp_path)
+    result = _dry_run(workdir, "--configfile", _write_override(workdir, override))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert set(re.findall(r"results/grpo/([\w.-]+)/summary\.json", result.stdout)) == runs
+    assert set(re.findall(r"results/policy_eval/([\w.-]+)/summary\.json", result.stdout)) == runs
+    assert ("results/report/report.html" in result.stdout) is report
+    assert "results/eval/bt/summary.json" in result.stdout  # the reward side is untouched
