@@ -69,13 +69,13 @@ def iter_json(path: Path) -> Iterator[RawRecord]:
         yield RawRecord(number, value)
 
 
-def iter_parquet(path: Path, batch_size: int = 1024) -> Iterator[RawRecord]:
+def iter_parquet(path: Path, rows_per_read: int = 1024) -> Iterator[RawRecord]:
     """Parquet rows through pyarrow in batches, as plain Python values (message lists stay lists of dicts)."""
     import pyarrow
     import pyarrow.parquet as pq
 
     try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+        batches = pq.ParquetFile(path).iter_batches(batch_size=rows_per_read)
         number = 0
         for batch in batches:
             for value in batch.to_pylist():

@@ -82,7 +82,7 @@ def _read_source(
     )
 
 
-def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str = "drop") -> tuple[list[dict], dict]:
+def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str) -> tuple[list[dict], dict]:
     """Validate and normalise benchmark rows; return (usable rows, report with counts by reason)."""
     if bad_rows not in BAD_ROW_MODES:
         raise BenchmarkDataError(f"data.bad_rows must be 'drop' or 'error', got {bad_rows!r}")
@@ -140,7 +140,7 @@ def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str = "drop") 
 
 
 def load_benchmark(
-    name: str, source: str, data_dir: str | Path, split: str = "filtered", bad_rows: str = "drop"
+    name: str, source: str, data_dir: str | Path, split: str, bad_rows: str
 ) -> tuple[list[dict], dict[str, Any]]:
     """Rows of one benchmark plus a report: source, rows read / kept / skipped, skips by reason, the loader's report.
 

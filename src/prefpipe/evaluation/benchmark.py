@@ -19,7 +19,6 @@ import pandas as pd
 
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
-    DEFAULT_COVERAGES,
     POINT_METHOD,
     PROBIT_METHOD,
     calibration_report,
@@ -48,11 +47,11 @@ def evaluate_rows(
     model: PairScorer,
     rows: list[dict],
     table: SectionTable,
-    batch_size: int = 16,
-    n_bins: int = 10,
-    coverages: Sequence[float] = DEFAULT_COVERAGES,
-    mc_samples: int = 2000,
-    seed: int = 0,
+    batch_size: int,
+    n_bins: int,
+    coverages: Sequence[float],
+    mc_samples: int,
+    seed: int,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score `rows` with `model`; return the per-example frame and the summary dict for this benchmark."""
     prompts = [r["prompt"] for r in rows]
@@ -90,7 +89,7 @@ def evaluate_rows(
         **summarize_scores(subsets, correct, table),
         "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
         "calibration": calibration_report(
-            logit, correct, scored.variance, n_bins, coverages, score=scored.score
+            logit, correct, scored.variance, n_bins=n_bins, coverages=coverages, score=scored.score
         ),
         "pairs_per_second": len(rows) / scored.seconds if scored.seconds > 0 else None,
         "scoring_seconds": scored.seconds,
@@ -100,7 +99,7 @@ def evaluate_rows(
     if scored.variance is not None:
         # The same pairs scored by the posterior mean alone, to show what the variance changes.
         summary["calibration_mean_only"] = calibration_report(
-            scored.score / tau, correct, None, n_bins, coverages
+            scored.score / tau, correct, None, n_bins=n_bins, coverages=coverages
         )
         if mc_samples > 0:
             mc, mc_stderr = mc_expected_sigmoid(scored.score, scored.variance, tau, mc_samples, seed=seed)

@@ -22,7 +22,6 @@ import numpy as np
 
 PROBIT_METHOD = "probit approximation: E[sigmoid(s/tau)], s ~ N(m, v) ~= sigmoid(m / sqrt(tau^2 + pi*v/8))"
 POINT_METHOD = "sigmoid(s/tau) of the point score"
-DEFAULT_COVERAGES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 FLIP_CRITERION = "abstain on the largest posterior probability of a flipped decision, Phi(-|m| / sd)"
 
 
@@ -49,7 +48,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def mc_expected_sigmoid(
-    mean: np.ndarray, variance: np.ndarray, tau: float, samples: int, seed: int = 0, chunk: int = 256
+    mean: np.ndarray, variance: np.ndarray, tau: float, samples: int, seed: int, chunk: int = 256
 ) -> tuple[np.ndarray, np.ndarray]:
     """Monte Carlo E[sigmoid(s / tau)], s ~ N(mean, variance), per row, and its standard error.
 
@@ -126,7 +125,7 @@ def negative_log_likelihood(logit: np.ndarray) -> float:
 
 
 def selective_accuracy(
-    correct: np.ndarray, uncertainty: np.ndarray, coverages: Sequence[float] = DEFAULT_COVERAGES
+    correct: np.ndarray, uncertainty: np.ndarray, coverages: Sequence[float]
 ) -> list[dict[str, Any]]:
     """Accuracy on the ceil(c * N) least uncertain pairs for each coverage c (abstain on the rest).
 
@@ -148,8 +147,9 @@ def calibration_report(
     logit: np.ndarray,
     correct: np.ndarray,
     variance: np.ndarray | None = None,
-    n_bins: int = 10,
-    coverages: Sequence[float] = DEFAULT_COVERAGES,
+    *,
+    n_bins: int,
+    coverages: Sequence[float],
     score: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """ECE, Brier, NLL, reliability bins and selective accuracy for one set of pairs.

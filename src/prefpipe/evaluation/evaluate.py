@@ -68,7 +68,9 @@ def evaluate_model(
 ) -> dict[str, Any]:
     """Evaluate an already loaded model (any object with the reward-model API); write and return summaries."""
     ecfg, data_cfg = cfg.eval, cfg.data
-    table = build_section_table(data_cfg.sections, data_cfg.cyclic_subsets, ecfg.xstest_weights)
+    table = build_section_table(
+        data_cfg.sections, data_cfg.cyclic_subsets, xstest_weights=ecfg.xstest_weights
+    )
     seed = cfg.seed
     out_dir = Path(out_dir)
     # Read and check every benchmark before scoring any, so bad data fails fast.

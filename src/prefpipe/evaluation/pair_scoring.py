@@ -28,7 +28,7 @@ class PairScorer(Protocol):
     bayesian: bool  # compare() must return a score variance
 
     def encode(
-        self, prompts: list[str], responses: list[str], batch_size: int = 16
+        self, prompts: list[str], responses: list[str], batch_size: int
     ) -> dict[str, torch.Tensor]: ...
 
     def compare(
@@ -68,7 +68,7 @@ def score_pairs(
     prompts: Sequence[str],
     chosen: Sequence[str],
     rejected: Sequence[str],
-    batch_size: int = 16,
+    batch_size: int,
 ) -> PairScores:
     """s(chosen > rejected | prompt) and its variance (Bayesian heads) for every row, in row order."""
     n = len(prompts)

@@ -74,7 +74,7 @@ PRIOR_SETS = ("anthropic_helpful", "anthropic_hhh", "shp", "summarize")
 LEADERBOARD_V1_WEIGHTS = {"chat": 2.0, "chat_hard": 2.0, "safety": 2.0, "reasoning": 2.0, PRIOR_SECTION: 1.0}
 
 
-def official_weights(xstest_weights: str = "official_code") -> dict[str, dict[str, float]]:
+def official_weights(xstest_weights: str) -> dict[str, dict[str, float]]:
     """Section -> {subset: weight} for RewardBench proper, with the chosen xstest convention."""
     if xstest_weights not in XSTEST_WEIGHTS:
         raise ConfigError(
@@ -124,7 +124,8 @@ class SectionTable:
 def build_section_table(
     config_sections: Mapping[str, Iterable[str]] | None = None,
     cyclic_subsets: Iterable[str] | None = None,
-    xstest_weights: str = "official_code",
+    *,
+    xstest_weights: str,
 ) -> SectionTable:
     """Combine the official table with the config's `data.sections` / `data.cyclic_subsets`.
 

@@ -53,7 +53,7 @@ def completion_logprobs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     n_completion: int,
-    temperature: float = 1.0,
+    temperature: float,
     micro_batch_size: int | None = None,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

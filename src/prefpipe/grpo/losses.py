@@ -117,13 +117,13 @@ def grpo_loss(
     mask: torch.Tensor,
     norms: BatchNorms,
     *,
-    loss_type: str = "dapo",
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    beta: float = 0.0,
-    ref_logp: torch.Tensor | None = None,
-    kl_estimator: str = "k3",
-    log_ratio_clamp: float | None = None,
+    loss_type: str,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    ref_logp: torch.Tensor | None,
+    kl_estimator: str,
+    log_ratio_clamp: float | None,
 ) -> LossOutput:
     """Clipped surrogate + beta * per-token KL, aggregated; ref_logp is required iff beta != 0."""
     surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)

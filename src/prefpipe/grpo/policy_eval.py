@@ -81,8 +81,9 @@ def kl_to_reference(
         torch.manual_seed(seed * 100_003 + 50_000 + b)
         ro = generate(policy, tokenizer, prompts[start : start + batch_size], 1, settings, max_prompt_length)
         n = ro.completion_ids.shape[1]
-        logp, _ = completion_logprobs(policy, ro.input_ids, ro.attention_mask, n)
-        ref_logp, _ = completion_logprobs(reference, ro.input_ids, ro.attention_mask, n)
+        # KL(policy || reference) of the policies themselves: samples and scores at temperature 1
+        logp, _ = completion_logprobs(policy, ro.input_ids, ro.attention_mask, n, 1.0)
+        ref_logp, _ = completion_logprobs(reference, ro.input_ids, ro.attention_mask, n, 1.0)
         mask = ro.completion_mask
         log_ratio = masked_log_ratio(logp, ref_logp, mask)
         k1 = kl_from_log_ratio(log_ratio, "k1") * mask

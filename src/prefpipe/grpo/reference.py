@@ -49,7 +49,7 @@ class ReferencePolicy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         n_completion: int,
-        temperature: float = 1.0,
+        temperature: float,
         micro_batch_size: int | None = None,
     ) -> torch.Tensor:
         with self.active() as model:

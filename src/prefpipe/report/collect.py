@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def collect_tree(root: str | Path, name: str | None = None, strict: bool = False) -> ResultsTree:
+def collect_tree(root: str | Path, name: str | None, strict: bool) -> ResultsTree:
     """Read everything the report needs from one results directory (missing parts become notes)."""
     root = Path(root)
     tree = ResultsTree(name=name or root.name, root=root)

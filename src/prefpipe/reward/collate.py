@@ -74,7 +74,7 @@ def truncate_row(
 class PairEncoder:
     """Tokenises (prompt, response) rows and pads batches; counts truncations by kind."""
 
-    def __init__(self, tokenizer: Any, max_length: int, padding_side: str = "right") -> None:
+    def __init__(self, tokenizer: Any, max_length: int, padding_side: str) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; load it through prefpipe.reward.backbone")
         self.tokenizer = tokenizer

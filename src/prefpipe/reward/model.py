@@ -136,9 +136,7 @@ class RewardModel(nn.Module):
         return next(self.parameters()).device
 
     @torch.no_grad()
-    def encode(
-        self, prompts: list[str], responses: list[str], batch_size: int = 16
-    ) -> dict[str, torch.Tensor]:
+    def encode(self, prompts: list[str], responses: list[str], batch_size: int) -> dict[str, torch.Tensor]:
         """Encode rows (prompts[i], responses[i]) in eval mode; float32 CPU tensors, batch-size independent."""
         if self.training:
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")

@@ -14,7 +14,7 @@ from prefpipe.reward.pairs import Pair
 
 
 @torch.no_grad()
-def pair_accuracy(rm: RewardModel, pairs: list[Pair], batch_size: int = 32) -> dict:
+def pair_accuracy(rm: RewardModel, pairs: list[Pair], batch_size: int) -> dict:
     """{"overall": acc, "n": N, "mean_prob": P, "subsets": {subset: {"accuracy", "n"}}}."""
     prompts = [p.prompt for p in pairs]
     enc_c = rm.encode(prompts, [p.chosen for p in pairs], batch_size=batch_size)
