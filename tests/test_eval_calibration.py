@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from support.eval_args import EVAL
 
 from prefpipe.evaluation.calibration import (
     FLIP_CRITERION,
@@ -109,16 +110,24 @@ def test_selective_accuracy_rises_as_uncertain_errors_are_dropped():
 def test_calibration_report_uses_variance_or_margin():
     logit = np.array([3.0, 0.1, -0.2, 2.0])
     correct = logit > 0
-    point = calibration_report(logit, correct, coverages=[1.0, 0.5])
+    point = calibration_report(logit, correct, n_bins=EVAL.calibration_bins, coverages=[1.0, 0.5])
     assert point["selective_criterion"].endswith("|P - 0.5|")
     assert point["selective"][1] == {"coverage": 0.5, "n": 2, "accuracy": 1.0}  # keeps the two most confident
     variance = np.array([0.1, 0.1, 5.0, 0.1])
-    bayes = calibration_report(logit, correct, variance=variance, coverages=[1.0, 0.75], score=logit)
+    bayes = calibration_report(
+        logit, correct, variance=variance, n_bins=EVAL.calibration_bins, coverages=[1.0, 0.75], score=logit
+    )
     assert bayes["selective_criterion"] == FLIP_CRITERION
     assert bayes["selective"][1]["accuracy"] == 1.0  # the error, |m| / sd = 0.09, is dropped first
     assert {"selective_by_margin", "selective_by_variance"} <= set(bayes)
     with pytest.raises(ValueError, match="score means"):
-        calibration_report(logit, correct, variance=variance)
+        calibration_report(
+            logit,
+            correct,
+            variance=variance,
+            n_bins=EVAL.calibration_bins,
+            coverages=EVAL.selective_coverages,
+        )
     assert point["n"] == 4 and point["accuracy"] == 0.75
     assert point["brier"] == pytest.approx(brier_score(sigmoid(logit)))
 
@@ -142,6 +151,8 @@ def test_flip_ranking_keeps_confident_pairs_that_the_raw_variance_drops():
     score = np.array([5.0, 0.1, 3.0, 0.2])
     variance = np.array([4.0, 0.01, 2.0, 0.02])  # z = 2.5, 1.0, 2.1, 1.4
     correct = np.array([True, False, True, False])
-    report = calibration_report(score, correct, variance=variance, coverages=[0.5], score=score)
+    report = calibration_report(
+        score, correct, variance=variance, n_bins=EVAL.calibration_bins, coverages=[0.5], score=score
+    )
     assert report["selective"] == [{"coverage": 0.5, "n": 2, "accuracy": 1.0}]
     assert report["selective_by_variance"] == [{"coverage": 0.5, "n": 2, "accuracy": 0.0}]

@@ -7,13 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from support.eval_args import EVAL, evaluate, section_table
 from support.scorers import LengthRuleScorer
 
 from prefpipe.common.io import read_jsonl
-from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.calibration import FLIP_CRITERION
 from prefpipe.evaluation.pair_scoring import score_pairs
-from prefpipe.evaluation.sections import build_section_table
 
 
 class GaussianLengthScorer:
@@ -67,7 +66,7 @@ def test_batch_size_does_not_change_scores(real_rows):
 
 def test_bayesian_probabilities_use_the_probit_formula(real_rows):
     rows = real_rows[:60]
-    frame, summary = evaluate_rows(GaussianLengthScorer(), rows, build_section_table(), mc_samples=4000)
+    frame, summary = evaluate(GaussianLengthScorer(), rows, section_table(), mc_samples=4000)
     for row, prob, var in zip(rows, frame["prob"], frame["variance"], strict=True):
         m = (len(row["chosen"]) - len(row["rejected"])) / 100
         v = 0.05 * (len(row["chosen"].split()) % 5) + 0.05 * (len(row["rejected"].split()) % 5)
@@ -84,7 +83,7 @@ def test_bayesian_probabilities_use_the_probit_formula(real_rows):
 
 
 def test_point_head_rows_have_no_variance(real_rows):
-    frame, summary = evaluate_rows(LengthRuleScorer(), real_rows[:20], build_section_table())
+    frame, summary = evaluate(LengthRuleScorer(), real_rows[:20], section_table())
     assert frame["variance"].isna().all()
     assert "prob_mc_check" not in summary and "calibration_mean_only" not in summary
     assert summary["pairs_per_second"] > 0
@@ -123,6 +122,6 @@ def test_bad_model_output_is_a_clear_error(mode, bayesian, message):
 
 def test_empty_or_mismatched_input_is_rejected():
     with pytest.raises(ValueError, match="no pairs"):
-        score_pairs(LengthRuleScorer(), [], [], [])
+        score_pairs(LengthRuleScorer(), [], [], [], batch_size=EVAL.batch_size)
     with pytest.raises(ValueError, match="2 prompts, 1 chosen"):
-        score_pairs(LengthRuleScorer(), ["a", "b"], ["x"], ["y", "z"])
+        score_pairs(LengthRuleScorer(), ["a", "b"], ["x"], ["y", "z"], batch_size=EVAL.batch_size)

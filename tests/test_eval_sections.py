@@ -6,12 +6,12 @@ import itertools
 import math
 
 import pytest
+from support.eval_args import evaluate, section_table
 from support.scorers import LengthRuleScorer
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
 from prefpipe.evaluation.accuracy_summary import leaderboard_v1_score, section_scores, summarize_scores
-from prefpipe.evaluation.benchmark import evaluate_rows
 from prefpipe.evaluation.sections import build_section_table
 
 SYNTH_SECTIONS = {
@@ -42,7 +42,7 @@ def test_real_subsets_sections_match_hand_computation(real_rows, xstest):
     table = build_section_table(
         SYNTH_SECTIONS, ["cyclic-rps"], xstest_weights=xstest
     )  # config world not in play
-    frame, summary = evaluate_rows(LengthRuleScorer(), real_rows, table, batch_size=32)
+    frame, summary = evaluate(LengthRuleScorer(), real_rows, table, batch_size=32)
     acc = _hand_accuracy(real_rows)
 
     for subset, value in acc.items():
@@ -89,7 +89,7 @@ def test_real_subsets_sections_match_hand_computation(real_rows, xstest):
 def test_ties_count_as_wrong(real_rows):
     ties = [r for r in real_rows if len(r["chosen"]) == len(r["rejected"])]
     assert ties, "the real file is expected to hold equal-length pairs (ties for the length rule)"
-    frame, _ = evaluate_rows(LengthRuleScorer(), real_rows, build_section_table(), batch_size=8)
+    frame, _ = evaluate(LengthRuleScorer(), real_rows, section_table(), batch_size=8)
     tied = frame[frame["id"].isin({str(r["id"]) for r in ties})]
     assert len(tied) == len(ties)
     assert (tied["score_chosen_minus_rejected"] == 0).all()
@@ -100,7 +100,7 @@ def test_ties_count_as_wrong(real_rows):
 def test_math_prm_weighs_984_not_its_row_count():
     subsets = ["math-prm"] * 4 + ["hep-python"] * 2
     correct = [True, True, True, False, True, False]
-    summary = summarize_scores(subsets, correct, build_section_table())
+    summary = summarize_scores(subsets, correct, section_table())
     expected = (0.75 * 984 + 0.5 * 164) / (984 + 164)
     assert summary["sections"]["reasoning"]["score"] == pytest.approx(expected, abs=1e-12)
     assert summary["sections"]["reasoning"]["score"] != pytest.approx(4 / 6)
@@ -111,7 +111,7 @@ def test_math_prm_weighs_984_not_its_row_count():
 
 
 def test_config_sections_use_row_counts_and_cyclic_is_separate():
-    table = build_section_table(SYNTH_SECTIONS, ["cyclic-rps"])
+    table = section_table(SYNTH_SECTIONS, ["cyclic-rps"])
     subsets = (
         ["chat-arith"] * 3 + ["chat-instruct"] * 1 + ["safety-refuse"] * 2 + ["cyclic-rps"] * 3 + ["odd"] * 2
     )
@@ -139,7 +139,7 @@ def test_config_sections_use_row_counts_and_cyclic_is_separate():
 def test_prior_sets_plain_mean_and_old_leaderboard_weighting():
     subsets = ["anthropic_helpful"] * 10 + ["shp"] * 4 + ["alpacaeval-easy"] * 2
     correct = [True] * 7 + [False] * 3 + [True] * 1 + [False] * 3 + [True, True]
-    summary = summarize_scores(subsets, correct, build_section_table())
+    summary = summarize_scores(subsets, correct, section_table())
     prior = summary["sections"]["prior_sets"]
     assert prior["score"] == pytest.approx((0.7 + 0.25) / 2)  # each prior set weighs 1
     assert prior["missing_subsets"] == ["anthropic_hhh", "summarize"]
@@ -158,7 +158,7 @@ def test_old_leaderboard_reproduces_a_published_score():
 def test_section_stderr_matches_exact_enumeration():
     """Var of a weighted mean of two binomial accuracies, by enumerating every outcome."""
     p, n, w = {"a": 0.3, "b": 0.6}, {"a": 2, "b": 3}, {"a": 2.0, "b": 5.0}
-    table = build_section_table({"sec": ["a", "b"]})
+    table = section_table({"sec": ["a", "b"]})
     table = type(table)(table.families, {**table.fixed_weights, **w}, table.cyclic)
     stats = {s: {"accuracy": p[s], "n": n[s], "stderr": math.sqrt(p[s] * (1 - p[s]) / n[s])} for s in p}
     sections, _ = section_scores(stats, table)
@@ -190,7 +190,7 @@ def test_section_stderr_matches_exact_enumeration():
 )
 def test_bad_section_config_names_the_key(sections, cyclic, needle):
     with pytest.raises(ConfigError, match="data.sections") as err:
-        build_section_table(sections, cyclic)
+        section_table(sections, cyclic)
     assert needle in str(err.value)
 
 

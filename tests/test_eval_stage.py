@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 import pytest
+from support.eval_args import EVAL, SETTINGS
 from support.scorers import LengthRuleScorer
 from support.settings import eval_settings
 
@@ -28,6 +29,11 @@ def _synthetic_rows():
                          "subset": subset})  # fmt: skip
     rows.append({"id": "bad-0", "prompt": "q", "chosen": "", "rejected": "r", "subset": "chat-arith"})
     return rows
+
+
+def _load(name, source, data_dir, bad_rows=SETTINGS.data.bad_rows):
+    """load_benchmark as the stage calls it: the configured split and data.bad_rows (or `bad_rows`)."""
+    return load_benchmark(name, source, data_dir, EVAL.split, bad_rows)
 
 
 @pytest.fixture()
@@ -90,17 +96,17 @@ def test_stage_writes_per_benchmark_and_aggregate_outputs(tmp_path, data_dir, sh
 
 def test_bad_rows_can_be_an_error(data_dir):
     with pytest.raises(BenchmarkDataError, match="row 25: empty chosen"):
-        load_benchmark("synthetic", "synthetic", data_dir, bad_rows="error")
+        _load("synthetic", "synthetic", data_dir, bad_rows="error")
 
 
 def test_missing_synthetic_file_is_a_clear_error(tmp_path):
     with pytest.raises(BenchmarkDataError, match="pairs_test.jsonl does not exist"):
-        load_benchmark("synthetic", "synthetic", tmp_path)
+        _load("synthetic", "synthetic", tmp_path)
 
 
 def test_rows_without_subset_or_id_are_filled_and_counted(tmp_path):
     write_jsonl(tmp_path / "pairs_test.jsonl", [{"prompt": "p", "chosen": "a", "rejected": "a"}])
-    rows, report = load_benchmark("mine", "synthetic", tmp_path)
+    rows, report = _load("mine", "synthetic", tmp_path)
     assert rows == [{"id": "mine-0", "prompt": "p", "chosen": "a", "rejected": "a", "subset": "mine"}]
     assert report["notes"] == {"id_filled": 1, "subset_filled": 1, "identical_pair_kept": 1}
 
@@ -158,7 +164,7 @@ def _file_cfg(path, bad_rows, synthetic="synthetic"):
 def test_file_benchmark_bad_row_is_an_error_naming_file_and_row(tmp_path, data_dir):
     bench = _write_file_benchmark(tmp_path / "bench.jsonl")
     with pytest.raises(BenchmarkDataError) as err:
-        load_benchmark("mine", str(bench), data_dir, bad_rows="error")
+        _load("mine", str(bench), data_dir, bad_rows="error")
     message = str(err.value)
     assert "eval.benchmarks.mine" in message and str(bench) in message
     assert "row 3 (id 'bad-empty'): empty_field" in message
@@ -189,7 +195,7 @@ def test_file_benchmark_bad_rows_dropped_are_counted_in_the_summary(tmp_path, da
 def test_missing_benchmark_file_names_the_config_key_and_path(tmp_path):
     source = "../no-such-dir/rewardbench_real_subsets.jsonl"
     with pytest.raises(BenchmarkDataError) as err:
-        load_benchmark("rewardbench_real", source, tmp_path)
+        _load("rewardbench_real", source, tmp_path)
     message = str(err.value)
     assert message.startswith("eval.benchmarks.rewardbench_real: benchmark file")
     assert source in message and "does not exist" in message

@@ -17,6 +17,7 @@ ROWS = [
     {"id": str(i), "prompt": p, "answer": "5", "kind": "add"}
     for i, p in enumerate(["What is 2 plus 3?", "Say yes.", "Say no.", "Repeat cat:"])
 ]
+TEMPERATURE = grpo_settings().temperature  # the default run's: the trainer samples and scores at it
 
 
 def digit_share(inputs) -> torch.Tensor:
@@ -87,19 +88,20 @@ def test_fresh_lora_reference_equals_base_model_and_stays_fixed(tok, tmp_path):
     ids = torch.tensor([tok("Say yes. yes yes")["input_ids"]])
     att = torch.ones_like(ids)
     with torch.no_grad():
-        base_logp, _ = completion_logprobs(base, ids, att, 3)
+        base_logp, _ = completion_logprobs(base, ids, att, 3, TEMPERATURE)
     model = _lora(base)
     trainer = make_trainer(model, tok, "fresh", tmp_path, beta=0.1)
     assert trainer.reference.via_disable_adapter
-    assert torch.equal(trainer.reference.logprobs(ids, att, 3), base_logp)
+    assert torch.equal(trainer.reference.logprobs(ids, att, 3, TEMPERATURE), base_logp)
     metrics = trainer._update(trainer._rollout(0)[0])
     assert metrics["kl_k3_mean"] == pytest.approx(0.0, abs=1e-6)  # step 0: policy == reference
     assert metrics["kl_k1_mean"] == pytest.approx(0.0, abs=1e-6)
     trainer._update(trainer._rollout(1)[0])
     with torch.no_grad():
-        moved, _ = completion_logprobs(model, ids, att, 3)
+        moved, _ = completion_logprobs(model, ids, att, 3, TEMPERATURE)
     assert not torch.allclose(moved, base_logp)  # the policy learned something ...
-    assert torch.equal(trainer.reference.logprobs(ids, att, 3), base_logp)  # ... the reference did not
+    still = trainer.reference.logprobs(ids, att, 3, TEMPERATURE)
+    assert torch.equal(still, base_logp)  # ... the reference did not
     assert model.training  # disable_adapter context restored training mode
 
 
@@ -122,14 +124,14 @@ def test_trained_adapter_reference_is_a_frozen_copy_of_the_adapter(tok, tmp_path
     ids = torch.tensor([tok("Say no. no no")["input_ids"]])
     att = torch.ones_like(ids)
     with torch.no_grad():
-        start_logp, _ = completion_logprobs(policy, ids, att, 3)
-        base_logp, _ = completion_logprobs(base, ids, att, 3)
+        start_logp, _ = completion_logprobs(policy, ids, att, 3, TEMPERATURE)
+        base_logp, _ = completion_logprobs(base, ids, att, 3, TEMPERATURE)
     assert not torch.allclose(start_logp, base_logp)
     trainer = make_trainer(policy, ptok, state, tmp_path / "run", beta=0.1)
     assert not trainer.reference.via_disable_adapter
-    assert torch.allclose(trainer.reference.logprobs(ids, att, 3), start_logp, atol=1e-6)
+    assert torch.allclose(trainer.reference.logprobs(ids, att, 3, TEMPERATURE), start_logp, atol=1e-6)
     trainer._update(trainer._rollout(0)[0])
-    assert torch.allclose(trainer.reference.logprobs(ids, att, 3), start_logp, atol=1e-6)
+    assert torch.allclose(trainer.reference.logprobs(ids, att, 3, TEMPERATURE), start_logp, atol=1e-6)
     assert not any(p.requires_grad for p in trainer.reference.module.parameters())
 
 

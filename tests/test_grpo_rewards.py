@@ -23,6 +23,7 @@ from prefpipe.grpo.rewards import (
 PROMPTS = ["What is 2 plus 3?", "Say yes."]
 COMPLETIONS = ["5", "6", "five", "5 apples", "yes", "no", "yes yes", "Yes."]
 G = 4
+RM_BATCH_SIZE = reward_spec("reward_model")["batch_size"]  # the reward_model reward's own encoding batch size
 
 
 def inputs(**over) -> RewardInputs:
@@ -147,7 +148,7 @@ def _rm_reward(rm, **spec):
 
 def _score(rm, prompt: str, a: str, b: str) -> tuple[float, float | None]:
     """Independent path: encode each completion on its own, compare one pair."""
-    score, var = rm.compare(rm.encode([prompt], [a]), rm.encode([prompt], [b]))
+    score, var = rm.compare(rm.encode([prompt], [a], RM_BATCH_SIZE), rm.encode([prompt], [b], RM_BATCH_SIZE))
     return float(score[0]), None if var is None else float(var[0])
 
 
@@ -155,7 +156,8 @@ def test_bt_reward_is_the_scalar_reward(backbone_dir):
     rm = _rm(backbone_dir, {"type": "bt"})
     got = _rm_reward(rm)(inputs()).tolist()
     want = [
-        float(rm.encode([p], [c])["reward"][0]) for p, c in zip(inputs().prompts, COMPLETIONS, strict=True)
+        float(rm.encode([p], [c], RM_BATCH_SIZE)["reward"][0])
+        for p, c in zip(inputs().prompts, COMPLETIONS, strict=True)
     ]
     assert got == pytest.approx(want, abs=1e-5)
 

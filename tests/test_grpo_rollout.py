@@ -76,7 +76,9 @@ def test_left_padded_logprobs_equal_unpadded_loop(tok, model):
     ids[1, width - len(b) :] = torch.tensor(b + comp_b)
     att[1, width - len(b) :] = 1
     with torch.no_grad():
-        got, ent = completion_logprobs(model, ids, att, 3, with_entropy=True, micro_batch_size=1)
+        got, ent = completion_logprobs(
+            model, ids, att, 3, temperature=1.0, with_entropy=True, micro_batch_size=1
+        )
     assert got.dtype == torch.float32
     assert got[0].tolist() == pytest.approx(_manual_logprobs(model, a + comp_a, 3), abs=1e-5)
     assert got[1].tolist() == pytest.approx(_manual_logprobs(model, b + comp_b, 3), abs=1e-5)

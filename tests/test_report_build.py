@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 from support.markdown_tables import texts
-from support.results_tree import PLANTED, write_results_tree
-from support.settings import report_settings, stage_json
+from support.results_tree import PLANTED, read_results_tree, write_results_tree
+from support.settings import eval_settings, report_settings, stage_json
 from support.stages import run_main
 
 from prefpipe.report.__main__ import main
@@ -183,16 +183,18 @@ def test_real_evaluation_summary_shape_is_read(tmp_path):
     sections = pytest.importorskip("prefpipe.evaluation.sections")
     if not hasattr(sections, "build_section_table"):
         pytest.skip("prefpipe.evaluation.sections.build_section_table not available")
-    table = sections.build_section_table({"chat": ["a", "b"], "safety": ["c"]}, cyclic_subsets=["cyc"])
+    table = sections.build_section_table(
+        {"chat": ["a", "b"], "safety": ["c"]},
+        cyclic_subsets=["cyc"],
+        xstest_weights=eval_settings().eval.xstest_weights,
+    )
     subsets = ["a"] * 4 + ["b"] * 2 + ["c"] * 4 + ["cyc"] * 3
     correct = [1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1, 1, 0]
     summary = accuracy_summary.summarize_scores(subsets, [bool(c) for c in correct], table)
     root = tmp_path / "results"
     (root / "eval" / "v").mkdir(parents=True)
     (root / "eval" / "v" / "summary.json").write_text(json.dumps({"benchmark": "synthetic", **summary}))
-    from prefpipe.report.collect import collect_tree
-
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     got = dict(zip(tree.eval_sections["section"], tree.eval_sections["score"], strict=True))
     assert got["chat"] == pytest.approx((3 + 1) / 6)  # count-weighted: (3/4*4 + 1/2*2) / 6
     assert got["safety"] == pytest.approx(1 / 4)

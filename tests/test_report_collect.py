@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from support.results_tree import QUALITY, RUNS, write_results_tree
+from support.results_tree import QUALITY, RUNS, read_results_tree, write_results_tree
 
 from prefpipe.report import keys as K
 from prefpipe.report.collect import collect_tree, config_hash, split_benchmark_name
@@ -16,7 +16,7 @@ from prefpipe.report.collect import collect_tree, config_hash, split_benchmark_n
 def tree_and_expected(tmp_path_factory):
     root = tmp_path_factory.mktemp("collect") / "results"
     expected = write_results_tree(root, reward_steps=12, grpo_steps=30)
-    return collect_tree(root), expected
+    return read_results_tree(root), expected
 
 
 def test_variants_runs_and_identity(tree_and_expected):
@@ -145,7 +145,7 @@ def test_missing_files_become_notes_not_numbers(tmp_path):
             "reward/bt/config.json",
         ),
     )
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     messages = " ".join(n.message for n in tree.notes if n.kind == "missing")
     for part in (
         "eval/bgpm/: variant bgpm has no evaluation",
@@ -161,7 +161,7 @@ def test_missing_files_become_notes_not_numbers(tmp_path):
 
 
 def test_empty_directory_collects_without_crashing(tmp_path):
-    tree = collect_tree(tmp_path)
+    tree = read_results_tree(tmp_path)
     assert tree.variants == [] and tree.runs == []
     assert {n.area for n in tree.notes} >= {"reward", "eval", "grpo", "policy_eval", "facts"}
 
@@ -172,16 +172,16 @@ def test_malformed_lines_are_counted_or_raise_in_strict_mode(tmp_path):
     path = root / "reward" / "gpm" / "metrics.jsonl"
     good = path.read_text()
     path.write_text(good + '{"step": 4, "loss": 0.\n[1, 2]\n')
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     warn = [n for n in tree.notes if n.kind == "unreadable"]
     assert len(warn) == 1 and "2 malformed line(s)" in warn[0].message and "first: 5" in warn[0].message
     assert (tree.reward_metrics["variant"] == "gpm").sum() == 4
     with pytest.raises(ValueError, match=r"reward/gpm/metrics.jsonl:5"):
-        collect_tree(root, strict=True)
+        collect_tree(root, name=None, strict=True)
     path.write_text(good)
     (root / "eval" / "bt" / "summary.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"eval/bt/summary.json: not valid JSON"):
-        collect_tree(root, strict=True)
+        collect_tree(root, name=None, strict=True)
 
 
 def test_other_eval_layouts(tmp_path):
@@ -195,7 +195,7 @@ def test_other_eval_layouts(tmp_path):
         (bt / sub / "summary.json").unlink()
     gpm = root / "eval" / "gpm"
     (gpm / "summary.json").write_text(json.dumps({"stage": "eval_rewardbench", "wall_time_s": 1.0}))
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     benches = tree.eval_overall.groupby("variant")["benchmark"].apply(set).to_dict()
     assert benches["bt"] == {"default"}
     assert benches["gpm"] == {"synthetic", "rewardbench_real"}
@@ -212,7 +212,7 @@ def test_reliability_given_as_columns(tmp_path):
         "n": [10, 30],
     }
     path.write_text(json.dumps(data))
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     rel = tree.reliability[
         (tree.reliability["variant"] == "bt") & (tree.reliability["benchmark"] == "synthetic")
     ]

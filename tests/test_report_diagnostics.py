@@ -9,10 +9,9 @@ import statistics
 
 import pandas as pd
 import pytest
-from support.results_tree import PLANTED, write_results_tree
+from support.results_tree import PLANTED, read_results_tree, write_results_tree
 from support.settings import report_settings
 
-from prefpipe.report.collect import collect_tree
 from prefpipe.report.diagnostics import REWARD_CHECKS, check_run, diagnose
 
 DEFAULTS = report_settings().diagnostics  # report.diagnostics of the default config
@@ -30,7 +29,7 @@ def _by_check(flags):
 def test_planted_problems_are_found_at_their_first_step(tmp_path):
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=4, grpo_steps=30)
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     flags = diagnose(tree.grpo_metrics, "run", thresholds())
     for run, planted in PLANTED.items():
         mine = {f.check: f for f in flags if f.run == run}

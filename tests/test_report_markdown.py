@@ -93,7 +93,7 @@ def test_report_with_odd_names_keeps_every_table(tmp_path):
     build(cfg, root, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
 
-    doc, _ = build_document(collect_tree(root, name="main"), [], load_settings(cfg))
+    doc, _ = build_document(collect_tree(root, name="main", strict=cfg.strict), [], load_settings(cfg))
     assert_tables_match(md, doc)
     cells = {cell for table in tables(md) for row in table.rows for cell in row}
     assert shown(ODD) in cells and shown(ODD_RUN) in cells  # the names are shown, whole, in cells

@@ -6,12 +6,11 @@ import math
 import statistics
 
 import pytest
-from support.results_tree import BROKEN_BAYES, FIXED_BAYES, write_results_tree
+from support.results_tree import BROKEN_BAYES, FIXED_BAYES, read_results_tree, write_results_tree
 from support.settings import report_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.report import compare, fmt, tables
-from prefpipe.report.collect import collect_tree
 from prefpipe.report.document import Table
 from prefpipe.report.settings import load_settings
 
@@ -43,7 +42,7 @@ def test_config_diff_and_flatten():
 def test_ablation_order_broken_detection_and_fixes(tmp_path):
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=3, grpo_steps=3)
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     ignore = load_settings(report_settings(experiment="x")).ablation_ignore_keys
     ordered, broken = tables.ablation_variants(tree, "bgpm", ["bgpm*"], ignore)
     assert broken == "bgpm-broken"
@@ -61,7 +60,7 @@ def test_ablation_order_broken_detection_and_fixes(tmp_path):
 def test_rewardbench_table_has_paper_rows_marked_as_reference(tmp_path):
     root = tmp_path / "results"
     expected = write_results_tree(root, reward_steps=3, grpo_steps=3)
-    tree = collect_tree(root)
+    tree = read_results_tree(root)
     table = tables.rewardbench_table(tree, with_paper=True)
     refs = [r for r, c in zip(table.rows, table.row_classes, strict=True) if c == "ref"]
     assert [r[1] for r in refs][0] == "Gemma-2B-it BT" and refs[0][2:7] == [
@@ -90,7 +89,7 @@ def test_seed_mean_and_sd_match_statistics_module(tmp_path):
     ):
         root = tmp_path / name
         write_results_tree(root, experiment=exp, seed=seed, shift=shift, reward_steps=3, grpo_steps=3)
-        trees.append(collect_tree(root, name=name))
+        trees.append(read_results_tree(root, name))
     per_tree = compare.eval_across(trees)
     agg = compare.aggregate(per_tree, ["overall", "chat"]).set_index(["experiment", "benchmark", "item"])
     values = per_tree[

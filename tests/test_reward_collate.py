@@ -44,7 +44,7 @@ def test_truncate_cuts_response_only_when_unavoidable_and_keeps_eos():
 
 def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
     tok = pair_tokenizer()
-    enc = PairEncoder(tok, max_length=64)
+    enc = PairEncoder(tok, max_length=64, padding_side="right")
     row = enc.tokenize("What is 2 plus 3?", "The answer is 5.")
     full = tok(format_pair(tok, "What is 2 plus 3?", "The answer is 5."))["input_ids"]
     prompt = tok(format_prompt(tok, "What is 2 plus 3?"))["input_ids"]
@@ -55,7 +55,7 @@ def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
 
 def test_encoder_counts_truncations_and_pads_both_sides():
     tok = pair_tokenizer()
-    enc = PairEncoder(tok, max_length=12)
+    enc = PairEncoder(tok, max_length=12, padding_side="right")
     rows = enc.tokenize_many(["What is 2 plus 3? " * 4, "Play!"], ["5", "rock"])
     assert enc.truncated == {"prompt": 1} and rows[0].cut == "prompt" and len(rows[0].input_ids) == 12
     right = enc.pad(rows)
@@ -90,7 +90,7 @@ def test_last_token_pooling_matches_unpadded_under_left_right_and_pad_eq_eos(tin
         tok = pair_tokenizer()
         if pad_is_eos:
             tok.pad_token = tok.eos_token
-        enc = PairEncoder(tok, max_length=64)
+        enc = PairEncoder(tok, max_length=64, padding_side="right")
         rows = enc.tokenize_many(
             ["What is 2 plus 3?", "Play!", "Your move?"], ["5", "rock", "I pick paper now"]
         )

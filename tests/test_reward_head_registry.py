@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from support.eval_args import EVAL
 from support.models import build_reward as build
 from support.models import save_tiny_base
 from support.settings import reward_settings, reward_spec
@@ -63,6 +64,11 @@ class ZeroInitScalarHead(RewardHead):
         return enc["reward"]
 
 
+def _encode_good_bad(model):
+    """GOOD and BAD answered to every prompt, each encoded at the eval stage's batch size."""
+    return tuple(model.encode(PROMPTS, [answer] * 4, EVAL.batch_size) for answer in (GOOD, BAD))
+
+
 @pytest.fixture(scope="module")
 def zero_head():
     register("zero_scalar")(ZeroInitScalarHead)
@@ -105,19 +111,19 @@ def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, t
     rm, settings = build(tiny_base, "zero_scalar", head={"gate": False}, train=train)
     assert isinstance(rm.head, zero_head) and rm.scalar_reward and not rm.bayesian
     rm.eval()
-    start, _ = rm.compare(rm.encode(PROMPTS, [GOOD] * 4), rm.encode(PROMPTS, [BAD] * 4))
+    start, _ = rm.compare(*_encode_good_bad(rm))
     assert torch.equal(start, torch.zeros(4))  # the head's own init, not the BT head's
 
     pairs = [Pair(f"p{i}", p, GOOD, BAD, "polite") for i, p in enumerate(PROMPTS)]
     result = RewardTrainer(rm, settings, pairs, tmp_path / "run").train()
     assert result.history[-1]["loss"] < result.history[0]["loss"]
-    assert pair_accuracy(rm.eval(), pairs)["overall"] == 1.0
+    assert pair_accuracy(rm.eval(), pairs, batch_size=32)["overall"] == 1.0
 
     save_reward_model(rm, tmp_path / "model")
     assert json.loads((tmp_path / "model" / "head_config.json").read_text())["head_type"] == "zero_scalar"
     loaded = load_reward_model(tmp_path / "model")
     assert isinstance(loaded.head, zero_head) and loaded.head_type == "zero_scalar"
-    enc_good, enc_bad = loaded.encode(PROMPTS, [GOOD] * 4), loaded.encode(PROMPTS, [BAD] * 4)
+    enc_good, enc_bad = _encode_good_bad(loaded)
     score, var = loaded.compare(enc_good, enc_bad)
     assert var is None and (score > 0).all()
     torch.testing.assert_close(loaded.preference_prob(enc_good, enc_bad), torch.sigmoid(score / loaded.tau))
@@ -128,7 +134,7 @@ def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, t
 
     inputs = RewardInputs(PROMPTS[:2] * 2, [GOOD, BAD, BAD, GOOD], ["x"] * 4, ["add"] * 4, [True] * 4, 2)
     (reward,) = build_rewards([reward_spec("reward_model")], loaded)
-    want = loaded.rewards(loaded.encode(inputs.prompts, inputs.completions))
+    want = loaded.rewards(loaded.encode(inputs.prompts, inputs.completions, EVAL.batch_size))
     torch.testing.assert_close(reward.fn(inputs), want)  # a scalar head pays its own reward, not a group mean
     with pytest.raises(ConfigError, match="risk_aversion needs a Bayesian reward model"):
         build_rewards([reward_spec("reward_model", risk_aversion=1.0)], loaded)

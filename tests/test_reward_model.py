@@ -9,6 +9,7 @@ import logging
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.eval_args import EVAL
 from support.models import build_reward, save_tiny_base
 
 from prefpipe.common.config import ConfigError
@@ -58,8 +59,8 @@ def test_scores_do_not_depend_on_batch_size_or_padding_side(tiny_base, head):
 def test_model_level_skew_symmetry(tiny_base, head):
     rm, _ = build_reward(tiny_base, head)
     rm.eval()
-    a = rm.encode(PROMPTS[:8], RESPONSES[:8])
-    b = rm.encode(PROMPTS[:8], RESPONSES[8:16][::-1])
+    a = rm.encode(PROMPTS[:8], RESPONSES[:8], batch_size=EVAL.batch_size)
+    b = rm.encode(PROMPTS[:8], RESPONSES[8:16][::-1], batch_size=EVAL.batch_size)
     s_ab, var_ab = rm.compare(a, b)
     s_ba, var_ba = rm.compare(b, a)
     torch.testing.assert_close(s_ab, -s_ba)
@@ -75,14 +76,14 @@ def test_posterior_mean_evaluation_is_deterministic(tiny_base):
     rm, _ = build_reward(tiny_base, "bgpm")
     rm.eval()
     torch.manual_seed(1)
-    first = rm.encode(PROMPTS, RESPONSES)
+    first = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     torch.manual_seed(2)
-    second = rm.encode(PROMPTS, RESPONSES)
+    second = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     for key in first:
         assert torch.equal(first[key], second[key])
     rm.train()
     with pytest.raises(RuntimeError, match="eval mode"):
-        rm.encode(PROMPTS, RESPONSES)
+        rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
 
 
 @pytest.mark.parametrize("head", ["bt", "gpm", "bgpm"])
@@ -92,7 +93,7 @@ def test_save_load_round_trip_gives_identical_scores(tiny_base, tmp_path, head):
         for p in rm.head.parameters():
             p.add_(0.05 * torch.randn_like(p))
     rm.eval()
-    expected = rm.encode(PROMPTS, RESPONSES)
+    expected = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     folder = save_reward_model(rm, tmp_path / "model")
     loaded = load_reward_model(folder)
     assert loaded.head_type == head and loaded.tau == pytest.approx(0.1) and not loaded.training
@@ -119,12 +120,12 @@ def test_lora_backbone_saves_adapter_and_reference_to_base(tiny_base, tmp_path):
             if "lora_B" in n:
                 p.add_(0.1 * torch.randn_like(p))
     rm.eval()
-    expected = rm.encode(PROMPTS, RESPONSES)
+    expected = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     folder = save_reward_model(rm, tmp_path / "model")
     assert (folder / "adapter_model.safetensors").exists() and not (folder / "model.safetensors").exists()
     config = json.loads((folder / "head_config.json").read_text())
     assert config["backbone_format"] == "lora" and config["base_model"] == str(tiny_base)
-    got = load_reward_model(folder).encode(PROMPTS, RESPONSES)
+    got = load_reward_model(folder).encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
 
