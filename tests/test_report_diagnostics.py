@@ -112,8 +112,8 @@ def test_bad_thresholds_name_the_key(bad):
 
 
 def test_kl_checks_without_reference_are_marked_not_applicable():
-    from prefpipe.report.build import explain_unrecorded
     from prefpipe.report.collect import ResultsTree
+    from prefpipe.report.diagnostics import explain_unrecorded
 
     frame = pd.DataFrame({"run": ["r0"] * 3 + ["r1"] * 3, "step": [0, 1, 2] * 2, "entropy": [1.0] * 6})
     tree = ResultsTree(name="t", root=None, grpo_configs={"r0": {"beta": 0.0}, "r1": {"beta": 0.04}})

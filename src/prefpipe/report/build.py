@@ -5,14 +5,13 @@ Every section says "not recorded" (with the file it looked for) instead of showi
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from prefpipe.report import compare, fmt, plots, run_tables, tables
 from prefpipe.report.collect import ResultsTree
-from prefpipe.report.diagnostics import REWARD_CHECKS, Flag, diagnose
+from prefpipe.report.diagnostics import REWARD_CHECKS, Flag, diagnose, explain_unrecorded
 from prefpipe.report.document import Document, Figure, Heading, Paragraph, Preformatted, Section, Table
 from prefpipe.report.samples import sample_text
 from prefpipe.report.settings import Settings
@@ -358,20 +357,6 @@ def run_facts(tree: ResultsTree) -> Section:
         blocks.append(run_tables.benchmark_table(tree))
     blocks += _notes(tree, "facts")
     return Section("Run facts", blocks)
-
-
-KL_CHECKS = ("KL above limit", "KL spike", "log-ratio blow-up")
-
-
-def explain_unrecorded(flags: list[Flag], tree: ResultsTree) -> list[Flag]:
-    """With beta = 0 GRPO has no reference policy, so KL metrics are absent by design, not missing."""
-    out = []
-    for flag in flags:
-        beta = (tree.grpo_configs.get(flag.run) or {}).get("beta")
-        if flag.status == "not recorded" and flag.check in KL_CHECKS and beta == 0:
-            flag = dataclasses.replace(flag, status="n/a (beta = 0, no reference)")
-        out.append(flag)
-    return out
 
 
 def build_document(

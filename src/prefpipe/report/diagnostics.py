@@ -17,6 +17,7 @@ Every check compares one logged metric per step with a threshold from `report.di
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from prefpipe.report.settings import Thresholds
+from prefpipe.report.tree import ResultsTree
 
 MIN_HISTORY = 3
 
@@ -188,3 +190,17 @@ def diagnose(
         for name, frame in metrics.groupby(key, sort=True)
         for flag in check_run(str(name), frame, thresholds, only)
     ]
+
+
+KL_CHECKS = ("KL above limit", "KL spike", "log-ratio blow-up")
+
+
+def explain_unrecorded(flags: list[Flag], tree: ResultsTree) -> list[Flag]:
+    """With beta = 0 GRPO has no reference policy, so KL metrics are absent by design, not missing."""
+    out = []
+    for flag in flags:
+        beta = (tree.grpo_configs.get(flag.run) or {}).get("beta")
+        if flag.status == "not recorded" and flag.check in KL_CHECKS and beta == 0:
+            flag = dataclasses.replace(flag, status="n/a (beta = 0, no reference)")
+        out.append(flag)
+    return out
