@@ -152,3 +152,13 @@ def test_content_digest_is_order_sensitive_and_matches_the_old_row_digests():
     for row in rows:
         h.update(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode())
     assert ckpt.content_digest(rows) == h.hexdigest()[:16]
+
+
+def test_a_flat_grpo_checkpoint_of_the_older_layout_is_refused_by_name(tmp_path):
+    """GRPO checkpoints used to lie flat in <out>/checkpoint/ (fingerprints of another form): never resumed, never
+    silently ignored."""
+    (tmp_path / "state.pt").write_bytes(b"old")
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"step": 3, "fingerprint": "old-form"}))
+    assert ckpt.find_latest(tmp_path) == tmp_path
+    with pytest.raises(ckpt.CheckpointMismatch, match=f"checkpoint {tmp_path} was written"):
+        ckpt.check_fingerprint(tmp_path, "fp")

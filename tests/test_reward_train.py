@@ -34,14 +34,26 @@ CYCLIC_TRAIN = {
     "head_learning_rate": 1e-2,
 }
 
-# The world's cyclic subset needs a gentler backbone rate: at 1e-3 the embeddings collapse to one point (s = 0,
-# loss log 2), a saddle the skew-symmetric score leaves only slowly.
+# The world's cyclic subset starts at a saddle, one per game: on the from-scratch base the pooled (last-token)
+# states of a game's three moves are nearly equal (tiger and hunter even end in the same token). With the
+# embeddings normalised onto the unit sphere, their shared part keeps norm 1, so around that collapsed point
+# the skew-symmetric score is to first order a scalar reward difference, whose best fit to a cycle is "all
+# equal"; only a second-order term, as weak as the moves' spread, pulls them apart. The previous recipe (that
+# head, batches of 32, a constant head rate of 1e-2) left the saddles after 150-450 steps or never, depending
+# on the seed, and ended wherever its late loss spikes left it, so its result flipped with the CPU's rounding
+# (AVX2 vs AVX-512 kernels); batches of 64 and a cosine decay still left one game stuck for some seeds and most
+# other base inits. Unnormalised embeddings let the head shrink the shared part, leaving a purely bilinear
+# score in the moves' differences: every head, data and base seed tried leaves all six saddles by step ~120 of
+# 300 and ends at 99-100% held-out. (The normalised head's cycle is test_gpm_learns_a_cycle_that_bt_cannot.)
+WORLD_CYCLIC_HEAD = {"dim": 6, "normalize": False}  # dim 6 = the default config's size: k = 3 rotation blocks
 WORLD_CYCLIC_TRAIN = {
-    "steps": 450,
-    "batch_size": 32,
-    "micro_batch_size": 32,
-    "learning_rate": 1e-4,
-    "head_learning_rate": 1e-2,
+    "steps": 300,
+    "batch_size": 64,
+    "micro_batch_size": 64,
+    "learning_rate": 7e-4,
+    "head_learning_rate": 1e-3,
+    "warmup_steps": 20,
+    "lr_schedule": "cosine",
 }
 
 
@@ -88,14 +100,14 @@ def test_gpm_learns_the_world_cyclic_subset_on_held_out_triples(tiny_base, tmp_p
     combos_train, combos_test = synthetic_cyclic.split_combinations(100, 33, random.Random("0:cyclic"))
     train, test = _world_cyclic_pairs(combos_train, "train"), _world_cyclic_pairs(combos_test, "test")
     accuracy = {}
-    for head in ("gpm", "bt"):  # dim 6 = the default config's GPM size, k = 3 rotation blocks
-        overrides = {"head": {"dim": 6}, "data": {"max_length": 96}, "train": WORLD_CYCLIC_TRAIN}
+    for head in ("gpm", "bt"):
+        overrides = {"head": WORLD_CYCLIC_HEAD, "data": {"max_length": 96}, "train": WORLD_CYCLIC_TRAIN}
         model, _ = _train(tiny_base, head, tmp_path / head, train, **overrides)
         accuracy[head] = pair_accuracy(model.eval(), test)["overall"]
     gpm_acc, bt_acc = accuracy["gpm"], accuracy["bt"]
     print(f"world cyclic subset, {len(test)} held-out pairs: GPM {gpm_acc:.3f}, BT {bt_acc:.3f}")
     assert gpm_acc >= 0.95, gpm_acc
-    assert bt_acc <= 2 / 3 + 1e-9, bt_acc
+    assert bt_acc <= 2 / 3 + 1e-9, bt_acc  # a scalar reward gets at most 2 of a triple's 3 pairs right
 
 
 def _comparable(history):

@@ -97,7 +97,11 @@ def find_latest(root: str | Path) -> Path | None:
     if not root.is_dir():
         return None
     complete = [(meta["step"], p) for p in root.glob(f"{PREFIX}*") if p.is_dir() and (meta := read_meta(p))]
-    return max(complete)[1] if complete else None
+    if complete:
+        return max(complete)[1]
+    # GRPO checkpoints written before step folders lay flat in root: report it (its fingerprint, of the older
+    # form, makes check_fingerprint refuse it by name) rather than silently starting over beside it.
+    return root if (root / META).is_file() else None
 
 
 def check_fingerprint(root: str | Path, run_fingerprint: str, hint: str = "") -> Path | None:
