@@ -103,7 +103,7 @@ def test_gpm_learns_the_world_cyclic_subset_on_held_out_triples(tiny_base, tmp_p
     for head in ("gpm", "bt"):
         overrides = {"head": WORLD_CYCLIC_HEAD, "data": {"max_length": 96}, "train": WORLD_CYCLIC_TRAIN}
         model, _ = _train(tiny_base, head, tmp_path / head, train, **overrides)
-        accuracy[head] = pair_accuracy(model.eval(), test)["overall"]
+        accuracy[head] = pair_accuracy(model.eval(), test, batch_size=32)["overall"]
     gpm_acc, bt_acc = accuracy["gpm"], accuracy["bt"]
     print(f"world cyclic subset, {len(test)} held-out pairs: GPM {gpm_acc:.3f}, BT {bt_acc:.3f}")
     assert gpm_acc >= 0.95, gpm_acc
