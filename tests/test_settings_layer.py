@@ -170,3 +170,78 @@ def test_stage_json_round_trips_through_the_stage_builder():
     ]:
         rebuilt = build_stage(type(stage), yaml.safe_load(settings.stage_json(stage, 2)), "config")
         assert rebuilt == dataclasses.replace(stage, torch_threads=2)
+
+
+# Parameters whose names collide with a config key but are not read from the config: the model loaders' weight
+# dtype and device for inference (the API CONTRACTS.md documents), and the report's "not recorded" marker for
+# configs an older results tree lacks.
+NOT_CONFIG_DEFAULTS = {
+    ("reward/backbone.py", "load_backbone", "dtype"),
+    ("reward/model.py", "load_reward_model", "device"),
+    ("reward/model.py", "load_reward_model", "dtype"),
+    ("report/run_tables.py", ".get", "experiment"),
+    ("report/run_tables.py", ".get", "seed"),
+}
+
+
+def _config_keys() -> set[str]:
+    keys: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                keys.add(key)
+                walk(value)
+
+    walk(read_yaml(REPO / "config" / "config.yaml"))
+    # structural names that are not settings of their own
+    return keys - {
+        "type",
+        "name",
+        "path",
+        "source",
+        "data",
+        "eval",
+        "train",
+        "model",
+        "head",
+        "defaults",
+        "runs",
+        "variants",
+        "enabled",
+        "only",
+    }
+
+
+def test_no_literal_default_for_a_config_key_outside_the_settings_layer():
+    """A function parameter named after a config key with a literal default, or a `.get(key, literal)`, would be a
+    second owner of that default (they used to disagree with config.yaml)."""
+    import ast
+
+    keys, found = _config_keys(), []
+    package = REPO / "src" / "prefpipe"
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("settings/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                positional = args.posonlyargs + args.args
+                defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+                pairs = list(zip(positional, defaults, strict=True)) + list(
+                    zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                )
+                for arg, default in pairs:
+                    literal_none = isinstance(default, ast.Constant) and default.value is None
+                    if default is not None and not literal_none and arg.arg in keys:
+                        found.append((rel, node.name, arg.arg))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+            ) and (
+                len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+            ):
+                found.append((rel, ".get", node.args[0].value))
+    assert set(found) - NOT_CONFIG_DEFAULTS == set(), sorted(set(found) - NOT_CONFIG_DEFAULTS)
