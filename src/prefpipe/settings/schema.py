@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from prefpipe.common.config import ConfigError
 
@@ -29,7 +30,11 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def _retrieve(uri: str) -> Resource:
-    return Resource.from_contents(_load(uri.split("#")[0]))
+    """A schema file as a 2020-12 resource, without its `$schema` key: jsonschema picks the validator class of a
+    subschema that names a `$schema`, so descending into one of our files would drop the default-filling
+    validator below and leave list-item defaults unfilled wherever a file is reached through a `$ref`."""
+    contents = {key: value for key, value in _load(uri.split("#")[0]).items() if key != "$schema"}
+    return DRAFT202012.create_resource(contents)
 
 
 def _set_defaults(validator_class: type) -> type:
