@@ -17,7 +17,7 @@ from prefpipe.evaluation.bench_data import BenchmarkDataError, load_benchmark
 from prefpipe.evaluation.evaluate import evaluate_model
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.evaluation import EvalSettings
-from prefpipe.settings.pipeline import build_stage
+from prefpipe.settings.pipeline import load_stage
 
 
 def _synthetic_rows():
@@ -206,11 +206,11 @@ def test_flat_or_unknown_eval_settings_are_rejected():
     stage = to_mapping(eval_settings())
     flat = {**{k: v for k, v in stage.items() if k != "eval"}, **stage["eval"]}
     with pytest.raises(ConfigError, match=r"^config\.eval\b"):  # the section the settings belong under
-        build_stage(EvalSettings, flat, "config")
+        load_stage(EvalSettings, flat, "config")
     with pytest.raises(ConfigError, match=r"config: unknown key\(s\) batch_size, benchmarks"):
-        build_stage(EvalSettings, {**flat, "eval": stage["eval"]}, "config")
+        load_stage(EvalSettings, {**flat, "eval": stage["eval"]}, "config")
     with pytest.raises(ConfigError, match=r"^config\.eval\b.*'batchsize' was unexpected"):
-        build_stage(EvalSettings, {**stage, "eval": {**stage["eval"], "batchsize": 4}}, "config")
+        load_stage(EvalSettings, {**stage, "eval": {**stage["eval"], "batchsize": 4}}, "config")
     with pytest.raises(ConfigError, match=r"config\.eval: .*'batchsize' was unexpected"):
         eval_settings({"batchsize": 4})
 

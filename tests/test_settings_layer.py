@@ -136,17 +136,17 @@ def test_bad_values_name_the_key(overlay, key):
 
 
 def test_a_stage_mapping_with_a_missing_or_unknown_key_is_refused():
-    from prefpipe.settings.pipeline import build_stage
+    from prefpipe.settings.pipeline import load_stage
     from prefpipe.settings.reward import RewardSettings
 
     good = to_mapping(PipelineSettings.from_config(load_config()).reward["gpm"])
     missing = copy.deepcopy(good)
     del missing["train"]["steps"]
     with pytest.raises(ConfigError, match=r"config.train: missing key\(s\) steps"):
-        build_stage(RewardSettings, missing, "config")
+        load_stage(RewardSettings, missing, "config")
     extra = copy.deepcopy(good) | {"colour": "red"}
     with pytest.raises(ConfigError, match="colour"):
-        build_stage(RewardSettings, extra, "config")
+        load_stage(RewardSettings, extra, "config")
 
 
 def test_malformed_yaml_names_the_file(tmp_path):
@@ -157,7 +157,7 @@ def test_malformed_yaml_names_the_file(tmp_path):
 
 
 def test_stage_json_round_trips_through_the_stage_builder():
-    from prefpipe.settings.pipeline import build_stage
+    from prefpipe.settings.pipeline import load_stage
 
     settings = PipelineSettings.from_config(load_config())
     for stage in [
@@ -168,7 +168,7 @@ def test_stage_json_round_trips_through_the_stage_builder():
         *settings.reward.values(),
         *settings.grpo.values(),
     ]:
-        rebuilt = build_stage(type(stage), yaml.safe_load(settings.stage_json(stage, 2)), "config")
+        rebuilt = load_stage(type(stage), yaml.safe_load(settings.stage_json(stage, 2)), "config")
         assert rebuilt == dataclasses.replace(stage, torch_threads=2)
 
 
@@ -245,3 +245,13 @@ def test_no_literal_default_for_a_config_key_outside_the_settings_layer():
             ):
                 found.append((rel, ".get", node.args[0].value))
     assert set(found) - NOT_CONFIG_DEFAULTS == set(), sorted(set(found) - NOT_CONFIG_DEFAULTS)
+
+
+def test_the_workflow_settings_carry_complete_reward_specs():
+    """The schema's list-item defaults are filled in the whole config too, not only in a stage process: the
+    schema files are reached through `$ref`, where a file's own `$schema` used to switch validators."""
+    from support.settings import reward_spec
+
+    for run in PipelineSettings.from_config(load_config()).grpo.values():
+        for spec in run.rewards:
+            assert set(spec) == set(reward_spec(spec["type"])), (run.run, spec)

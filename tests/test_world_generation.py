@@ -23,7 +23,7 @@ from prefpipe.data import synthetic_safety
 from prefpipe.data.synthetic_world import build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
-from prefpipe.settings.pipeline import build_stage
+from prefpipe.settings.pipeline import load_stage
 
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
 SECTIONS = {
@@ -236,7 +236,7 @@ def test_config_errors_name_the_key() -> None:
     stage = to_mapping(stage_settings())
     stage["synthetic"] = {k: v for k, v in SYNTH.items() if k != "demonstrations"}
     with pytest.raises(ConfigError, match=r"config\.synthetic: missing key\(s\) demonstrations"):
-        build_stage(DataSettings, stage, "config")
+        load_stage(DataSettings, stage, "config")
     with pytest.raises(ConfigError, match=r"data\.synthetic\.demo_error_rate: 1\.5 is greater than"):
         data_settings({"synthetic": {"demo_error_rate": 1.5}})
     with pytest.raises(ConfigError, match=r"data\.synthetic\.kinds\.1: 'poem' is not one of"):

@@ -1,15 +1,15 @@
 """The frame every stage entry point runs in: arguments, settings, logging, offline environment, exit codes.
 
     def main(argv=None) -> int:
-        return run_stage("train_reward", RewardSettings, train, PATHS, argv)
+        return run_stage("train_reward", RewardSettings, run, PATHS, argv)
 
 - `--config`: the stage's settings as inline JSON or a .json/.yaml file (what the Snakemake rule passes),
   rebuilt into the stage's typed settings (prefpipe.settings) and checked before anything is loaded.
-- Path arguments are declared with what they must be (`Path(kind=...)`); a missing folder, a missing file or a
+- Path arguments are declared with what they must be (`PathArg(kind=...)`); a missing folder, a missing file or a
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
 - Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
-  naming it; 143 stopped by SIGTERM or 130 by SIGINT after a checkpoint (rerun to resume); 1 a bug (traceback).
+  naming it; 143 stopped by SIGTERM after a checkpoint (rerun to resume); 1 a bug (traceback).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MODEL_MARKERS = ("config.json", "adapter_config.json", "head_config.json")
 
 
 class StageInterrupted(RuntimeError):
-    """Raised by a trainer after it checkpointed on a signal; `exit_code` is 143 (SIGTERM) or 130 (SIGINT)."""
+    """Raised by a trainer after it checkpointed on SIGTERM; the stage exits with `exit_code` (143)."""
 
     exit_code = 143
 
@@ -84,7 +84,7 @@ def run_stage(
     argv: list[str] | None = None,
 ) -> int:
     """Parse, check, run `body(settings, args)`; map the outcome to an exit code (module docstring)."""
-    from prefpipe.settings.pipeline import build_stage  # the settings layer imports common, not vice versa
+    from prefpipe.settings.pipeline import load_stage  # the settings layer imports common, not vice versa
 
     setup_logging()
     log = logging.getLogger(f"prefpipe.{stage}")
@@ -94,7 +94,7 @@ def run_stage(
     try:
         for name, spec in paths.items():
             check_path(f"--{name.replace('_', '-')}", getattr(args, name), spec)
-        settings = build_stage(settings_cls, load_config_arg(args.config), "config")
+        settings = load_stage(settings_cls, load_config_arg(args.config), "config")
         body(settings, args)
     except (UserError, FileNotFoundError) as err:  # a missing input file is the user's to fix too
         log.error("%s: %s", stage, " ".join(str(err).split()))

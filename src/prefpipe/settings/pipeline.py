@@ -2,7 +2,7 @@
 
 The Snakefile builds one `PipelineSettings` from Snakemake's `config` and every rule asks it for what it
 needs (targets, a stage's settings, resources); a stage process gets its stage's settings as JSON and rebuilds
-the same dataclass with `stage_settings`. Tests build theirs through `load_config` + `PipelineSettings`, so
+the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build theirs through `load_config` + `PipelineSettings`, so
 nothing anywhere falls back to a value written in code.
 """
 
@@ -29,10 +29,6 @@ from prefpipe.settings.run import RUN_WIDE_KEYS
 
 DEFAULT_CONFIG = schema.REPO_ROOT / "config" / "config.yaml"
 T = TypeVar("T")
-
-# Keys that steer the workflow (which variants and runs are built, whether a stage runs at all); no stage
-# process reads them.
-WORKFLOW_KEYS = {"reward": ("only",), "grpo": ("only", "enabled"), "report": ("enabled",)}
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -86,7 +82,7 @@ class PipelineSettings:
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
         cfg = json.loads(json.dumps(config))  # a private, plain-JSON copy (schema defaults are filled in it)
-        schema.validate(cfg)
+        schema.validate(cfg)  # the whole config once; the stages built below are not validated again
         run = {key: cfg[key] for key in RUN_WIDE_KEYS if key != "torch_threads"} | {"torch_threads": threads}
 
         def stage(cls_: type[T], section: dict[str, Any], key: str, **extra: Any) -> T:
@@ -123,7 +119,7 @@ class PipelineSettings:
         if not benchmarks:
             raise ConfigError("eval.benchmarks: every benchmark is null; keep at least one")
         cfg["eval"]["benchmarks"] = benchmarks
-        report_section = {k: v for k, v in cfg["report"].items() if k not in WORKFLOW_KEYS["report"]}
+        report_section = {k: v for k, v in cfg["report"].items() if k != "enabled"}  # a workflow switch
         return cls(
             raw=cfg,
             data=stage(DataSettings, cfg["data"], "data"),
@@ -157,8 +153,8 @@ def _check_reward_model(run: str, settings: GrpoSettings, trained: list[str], de
         )
 
 
-# The schema part each stage's own keys follow (checked again in the stage process, so a stage started by hand
-# with a hand-written --config gets the same checks as one started by the workflow).
+# The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage
+# started by hand with a hand-written config gets the same checks as one started by the workflow.
 STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     DataSettings: ("data.schema.yaml", ()),
     BaseSettings: ("base.schema.yaml", ()),
@@ -168,15 +164,21 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
-    """A stage's typed settings from its mapping (schema-checked; every key present, none unknown); runs the
-    checks the schema cannot express."""
+def load_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
+    """A stage's settings from a mapping that has not been through the config schema (a stage's --config):
+    its own keys schema-checked, then built as `build_stage` builds them."""
     if cls is EvalSettings:
         schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
-    elif cls in STAGE_SCHEMAS:
+    else:
         ref, names = STAGE_SCHEMAS[cls]
         own = {k: v for k, v in values.items() if k not in RUN_WIDE_KEYS and k not in names}
         schema.validate(own, ref, key)
+    return build_stage(cls, values, key)
+
+
+def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
+    """A stage's typed settings from a schema-valid mapping (every key present, none unknown); runs the
+    checks the schema cannot express."""
     settings = from_mapping(cls, values, key)
     check = getattr(settings, "check", None)
     if check is not None:
