@@ -14,8 +14,6 @@ from prefpipe.common.config import ConfigError
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.run import RunSettings
 
-KL_MEANS = ("normalized", "raw", "variance_only")
-
 
 @dataclass
 class BayesSettings:
@@ -108,21 +106,17 @@ class RewardSettings(RunSettings):
         _validate_head(self.head)
 
 
-def _check(condition: bool, key: str, message: str) -> None:
+def require(condition: bool, key: str, message: str) -> None:
+    """A head's own check (`RewardHead.check_settings`): ConfigError naming the dotted key."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
-
-
-def _positive_int(value: Any, key: str, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
-    _check(ok, key, f"expected a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
 
 
 def _validate_head(head: HeadSettings) -> None:
     from prefpipe.reward.heads import get_head_class  # heads import torch and this module: import on use
 
     head_class = get_head_class(head.type)  # unknown type: ConfigError naming head.type and the known heads
-    head_class.check_settings(head)  # dim, bayes options, ...: each head checks its own keys
+    head_class.check_settings(head)  # what the schema cannot say about this head's keys
 
 
 def accumulation_steps(train: TrainSettings, num_processes: int) -> int:

@@ -18,9 +18,8 @@ from torch import nn
 
 from prefpipe.reward.losses import LossParts, preference_nll
 
-# The settings layer's checks: ConfigError naming the dotted key (e.g. `head.dim: must be even`).
-from prefpipe.settings.reward import _check as require  # noqa: F401 (for the heads' check_settings)
-from prefpipe.settings.reward import _positive_int as require_int  # noqa: F401
+# The settings layer's check for the heads' check_settings: ConfigError naming the dotted key.
+from prefpipe.settings.reward import require  # noqa: F401
 
 if TYPE_CHECKING:
     from prefpipe.settings.reward import HeadSettings

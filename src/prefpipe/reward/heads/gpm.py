@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prefpipe.reward.heads import register
-from prefpipe.reward.heads.base import Encoding, RewardHead, require, require_int
+from prefpipe.reward.heads.base import Encoding, RewardHead
 from prefpipe.reward.scores import gpm_score, pair_gate
 
 if TYPE_CHECKING:
@@ -41,15 +41,6 @@ class GPMHead(RewardHead):
         self.gate = PromptGate(hidden_size, dim // 2) if gate else None
         self.normalize = normalize
         self.k = dim // 2
-
-    @classmethod
-    def check_settings(cls, settings: HeadSettings) -> None:
-        require_int(settings.dim, "head.dim")
-        require(
-            settings.dim % 2 == 0,
-            "head.dim",
-            f"must be even (2k: k rotation blocks of 2), got {settings.dim}",
-        )
 
     @classmethod
     def from_settings(cls, settings: HeadSettings, hidden_size: int) -> GPMHead:
