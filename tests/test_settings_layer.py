@@ -15,10 +15,10 @@ import yaml
 from snakemake.utils import update_config
 
 import prefpipe.settings
-from prefpipe.common.config import ConfigError
+from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.merge import deep_merge
-from prefpipe.settings.pipeline import PipelineSettings, load_config, read_yaml
+from prefpipe.settings.pipeline import PipelineSettings, load_config
 from prefpipe.settings.run import RUN_WIDE_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def _without_run_keys(mapping: dict, *names: str) -> dict:
 
 def test_each_stage_setting_is_the_value_in_config_yaml():
     """Every field of every stage's settings comes from config.yaml, and every key there reaches a stage."""
-    raw = read_yaml(REPO / "config" / "config.yaml")
+    raw = read_config_file(REPO / "config" / "config.yaml")
     settings = PipelineSettings.from_config(copy.deepcopy(raw))
     assert _without_run_keys(to_mapping(settings.data)) == raw["data"]
     assert _without_run_keys(to_mapping(settings.base)) == raw["base"]
@@ -88,10 +88,10 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_merge_rules_agree_with_snakemake(overlay):
     """Snakemake merges --configfile with update_config; prefpipe's deep_merge must give the same config."""
-    base = read_yaml(REPO / "config" / "config.yaml")
+    base = read_config_file(REPO / "config" / "config.yaml")
     theirs = copy.deepcopy(base)
-    update_config(theirs, read_yaml(overlay))
-    assert deep_merge(base, read_yaml(overlay)) == theirs
+    update_config(theirs, read_config_file(overlay))
+    assert deep_merge(base, read_config_file(overlay)) == theirs
 
 
 def test_merge_replaces_lists_and_merges_mappings():
@@ -193,7 +193,7 @@ def _config_keys() -> set[str]:
                 keys.add(key)
                 walk(value)
 
-    walk(read_yaml(REPO / "config" / "config.yaml"))
+    walk(read_config_file(REPO / "config" / "config.yaml"))
     # structural names that are not settings of their own
     return keys - {
         "type",

@@ -27,21 +27,35 @@ class DataError(UserError):
     """An input data file cannot be used; the message names the file (and row where there is one)."""
 
 
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A config file (.json, else YAML) as a mapping; a missing file, a parse error or a non-mapping is a
+    ConfigError naming the file (and, for YAML, the line)."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = json.load(handle) if path.suffix == ".json" else yaml.safe_load(handle)
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} does not exist") from err
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"config file {path}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {err}"
+        ) from err
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_config_arg(value: str) -> dict[str, Any]:
     """Parse a `--config` argument: inline JSON, or a path to a .json/.yaml file."""
     text = value.strip()
-    path = Path(value)
+    if not text.startswith("{"):
+        if not Path(value).is_file():
+            raise ConfigError(f"--config: {value!r} is neither inline JSON nor an existing file")
+        return read_config_file(value)
     try:
-        if text.startswith("{"):
-            loaded = json.loads(text)
-        else:
-            if not path.is_file():
-                raise ConfigError(f"--config: {value!r} is neither inline JSON nor an existing file")
-            with open(path, encoding="utf-8") as handle:
-                loaded = yaml.safe_load(handle) if path.suffix in {".yaml", ".yml"} else json.load(handle)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        where = "inline JSON" if text.startswith("{") else str(path)
-        raise ConfigError(f"--config ({where}) does not parse: {err}") from err
+        loaded = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--config (inline JSON) does not parse: {err}") from err
     if not isinstance(loaded, dict):
         raise ConfigError("--config must hold a mapping")
     return loaded

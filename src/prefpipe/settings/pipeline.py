@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
-from prefpipe.common.config import ConfigError
+from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
@@ -31,27 +29,12 @@ DEFAULT_CONFIG = schema.REPO_ROOT / "config" / "config.yaml"
 T = TypeVar("T")
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A config file as a mapping; a parse error names the file and line."""
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            loaded = yaml.safe_load(handle)
-    except FileNotFoundError as err:
-        raise ConfigError(f"config file {path} does not exist") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path}: not valid YAML: {err}") from err
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
-    return loaded
-
-
 def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAULT_CONFIG) -> dict[str, Any]:
     """config/config.yaml with each overlay (a file or a mapping) merged over it, as Snakemake merges
     `--configfile` (settings/merge.py). Not yet validated: `PipelineSettings` does that."""
-    config = read_yaml(base)
+    config = read_config_file(base)
     for overlay in overlays:
-        config = deep_merge(config, overlay if isinstance(overlay, dict) else read_yaml(overlay))
+        config = deep_merge(config, overlay if isinstance(overlay, dict) else read_config_file(overlay))
     return config
 
 
