@@ -37,9 +37,8 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     except FileNotFoundError as err:
         raise ConfigError(f"config file {path} does not exist") from err
     except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(
-            f"config file {path}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {err}"
-        ) from err
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigError(f"config file {path}: not valid {kind}: {err}") from err
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
     return loaded
