@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass
@@ -25,4 +25,4 @@ class RunSettings:
     torch_threads: int | None
 
 
-RUN_WIDE_KEYS = ("experiment", "seed", "wandb", "torch_threads")
+RUN_WIDE_KEYS = tuple(f.name for f in fields(RunSettings))  # experiment, seed, wandb, torch_threads
