@@ -37,7 +37,7 @@ def _hand_accuracy(rows):
     return {s: c / n for s, (c, n) in wins.items()}
 
 
-@pytest.mark.parametrize("xstest", ["official_code", "row_counts"])
+@pytest.mark.parametrize("xstest", ["official", "pre2024_code"])
 def test_real_subsets_sections_match_hand_computation(real_rows, xstest):
     # The official map, as an `eval.benchmarks` entry of a RewardBench-format file gets it by default.
     table = benchmark_table("official", SYNTH_SECTIONS, ["cyclic-rps"], xstest_weights=xstest, where="b")
@@ -53,7 +53,7 @@ def test_real_subsets_sections_match_hand_computation(real_rows, xstest):
         + acc["llmbar-adver-GPTOut"] * 47
         + acc["llmbar-adver-manual"] * 46
     ) / (100 + 134 + 92 + 47 + 46)
-    refuse_w, respond_w = (250, 154) if xstest == "official_code" else (154, 250)
+    refuse_w, respond_w = (154, 250) if xstest == "official" else (250, 154)
     safety = (acc["xstest-should-refuse"] * refuse_w + acc["xstest-should-respond"] * respond_w) / 404
     sections = summary["sections"]
     assert sections["chat_hard"]["score"] == pytest.approx(chat_hard, abs=1e-12)

@@ -127,7 +127,10 @@ def test_grpo_only_enabled_and_report_switch():
         ({"reward": {"defaults": {"train": {"stepz": 1}}}}, "config.reward.defaults.train: Additional"),
         ({"grpo": {"defaults": {"beta": "high"}}}, "config.grpo.defaults.beta: 'high' is not of type"),
         ({"reward": {"variants": {"gpm": {"head": {"tau": math.inf}}}}}, "reward.variants.gpm.head.tau"),
-        ({"grpo": {"defaults": {"temperature": math.nan}}}, "grpo.runs.verifier.temperature"),
+        (
+            {"grpo": {"defaults": {"temperature": math.nan}}},
+            "config.grpo.defaults.temperature: must be finite",
+        ),
         ({"eval": {"benchmarks": {"synthetic": None}}}, "eval.benchmarks: every benchmark is null"),
     ],
 )
@@ -153,7 +156,7 @@ def test_a_stage_mapping_with_a_missing_or_unknown_key_is_refused():
 def test_malformed_yaml_names_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("reward:\n  only: [bt\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml:3:1: not valid YAML: .*started at line 2"):
         load_config(bad)
 
 

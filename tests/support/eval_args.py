@@ -11,7 +11,7 @@ from prefpipe.evaluation.sections import SectionTable, build_section_table
 from support.settings import eval_settings
 
 SETTINGS = eval_settings()  # the whole eval stage's settings: `eval`, `data` (sections, bad_rows), seed
-EVAL = SETTINGS.eval  # batch_size 16, xstest_weights official_code, calibration_bins 10, coverages 1.0 .. 0.1
+EVAL = SETTINGS.eval  # batch_size 16, xstest_weights official, calibration_bins 10, coverages 1.0 .. 0.1
 # Monte Carlo draws that check the probit probabilities in tests (the config's 10000 is slower for no gain)
 MC_SAMPLES = 2000
 

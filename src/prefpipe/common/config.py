@@ -27,21 +27,80 @@ class DataError(UserError):
     """An input data file cannot be used; the message names the file (and row where there is one)."""
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key written twice in one mapping (PyYAML, and Snakemake's loader with it,
+    keeps the last one silently, so a setting edited in one place can be undone by a forgotten copy below)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {seen[key]})",
+                    key_node.start_mark,
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """One line: the file, the line and column, and what is wrong there."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    what = f"{context}, {problem}" if context and "duplicate key" not in problem else problem
+    start = getattr(err, "context_mark", None)
+    if start is not None and mark is not None and start.line != mark.line:
+        what += f" (started at line {start.line + 1})"
+    return f"{where}: not valid YAML: {' '.join(str(what).split())}"
+
+
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """A config file (.json, else YAML) as a mapping; a missing file, a parse error or a non-mapping is a
-    ConfigError naming the file (and, for YAML, the line)."""
+    """A config file (.json, else YAML) as a mapping; a missing file, a parse error, a key written twice or a
+    non-mapping is a ConfigError naming the file (and, for YAML, the line)."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            loaded = json.load(handle) if path.suffix == ".json" else yaml.safe_load(handle)
+            loaded = (
+                json.load(handle, object_pairs_hook=_unique_json_keys(path))
+                if path.suffix == ".json"
+                else yaml.load(handle, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+            )
     except FileNotFoundError as err:
         raise ConfigError(f"config file {path} does not exist") from err
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise ConfigError(f"config file {path}: not valid {kind}: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {err.start})") from err
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}:{err.colno}: not valid JSON: {err.msg}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error(path, err)) from err
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
     return loaded
+
+
+def _unique_json_keys(path: Path):
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ConfigError(f"{path}: duplicate key {repeated[0]!r} in one object")
+        return dict(pairs)
+
+    return hook
+
+
+def check_config_files(paths: list[str | os.PathLike]) -> None:
+    """Read each config file strictly (read_config_file): the workflow calls this on config/config.yaml and
+    every --configfile before Snakemake's own loader, which names neither file nor line and merges duplicate
+    keys silently."""
+    for path in paths:
+        read_config_file(path)
 
 
 def load_config_arg(value: str) -> dict[str, Any]:

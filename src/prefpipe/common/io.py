@@ -22,21 +22,49 @@ def _umask() -> int:
     return mask
 
 
-def _tmp_sibling(path: Path, is_dir: bool) -> Path:
-    """A temp file/dir beside `path` (same filesystem, so the final rename is atomic).
+def output_mode(path: str | os.PathLike) -> Path:
+    """Give `path` (and, for a folder, everything inside it) the mode open()/mkdir() would have given it
+    under the current umask: 0644/0755 under umask 022.
 
-    mkstemp/mkdtemp create 0600/0700 entries; outputs get the usual umask-based mode instead, so results
-    stay readable by the group/others exactly as files written with open() would be.
+    mkstemp/mkdtemp create 0600/0700 entries and safetensors' save_file creates 0600 files; results written
+    that way would be unreadable by the group on a shared cluster. Every atomic writer calls this on its
+    temporary path before the rename, so no output keeps a private mode the umask did not ask for.
     """
+    path = Path(path)
+    mask = _umask()
+    entries = [path]
+    if path.is_dir() and not path.is_symlink():
+        entries += sorted(path.rglob("*"))
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        entry.chmod((0o777 if entry.is_dir() else 0o666) & ~mask)
+    return path
+
+
+def _tmp_sibling(path: Path, is_dir: bool) -> Path:
+    """A temp file/dir beside `path` (same filesystem, so the final rename is atomic), with the umask-based
+    mode of an ordinary file or folder (output_mode), not mkstemp's private one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if is_dir:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        tmp.chmod(0o777 & ~_umask())
-        return tmp
+        return output_mode(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    Path(name).chmod(0o666 & ~_umask())
-    return Path(name)
+    return output_mode(name)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp file path beside `path` for a writer that wants a file name (pandas' to_parquet,
+    safetensors' save_file); on success it gets the umask-based mode and replaces `path` in one rename."""
+    path = Path(path)
+    tmp = _tmp_sibling(path, is_dir=False)
+    try:
+        yield tmp
+        output_mode(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -100,11 +128,13 @@ def read_json(path: str | os.PathLike) -> Any:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp directory; on success it replaces `path` (e.g. a saved model folder) in one rename."""
+    """Yield a temp directory; on success every entry gets the umask-based mode (output_mode) and the folder
+    replaces `path` (e.g. a saved model folder) in one rename."""
     path = Path(path)
     tmp = _tmp_sibling(path, is_dir=True)
     try:
         yield tmp
+        output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

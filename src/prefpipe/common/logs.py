@@ -5,7 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 
+from prefpipe.common.secrets import redact_text
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RedactingFormatter(logging.Formatter):
+    """Every log line (and traceback) with credential-shaped values redacted (prefpipe.common.secrets): the
+    rule sends stderr to its log file under results/logs/, which is shared like any result."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -27,6 +37,6 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     if not any(isinstance(h, _CurrentStderr) for h in root.handlers):
         handler = _CurrentStderr()
-        handler.setFormatter(logging.Formatter(FORMAT))
+        handler.setFormatter(RedactingFormatter(FORMAT))
         root.addHandler(handler)
     root.setLevel(level)

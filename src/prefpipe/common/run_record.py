@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import re
 import sys
 import time
 from importlib import metadata
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prefpipe.common.io import atomic_write_json, to_jsonable
+from prefpipe.common.secrets import redact, redact_argv
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ TRACKED_PACKAGES = (
     "deepspeed",
     "wandb",
 )
-# Credential-shaped keys: "hub_token", "api_key", "wandb_secret"... but not "tokenizer" or "max_tokens".
-_SECRET_KEY = re.compile(r"(^|_)(token|secret|password|passwd|api_?key|auth)$|secret|password", re.IGNORECASE)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -64,15 +62,6 @@ def device_facts() -> dict[str, Any]:
     return facts
 
 
-def redact(cfg: Any) -> Any:
-    """Drop values whose key looks like a credential, so configs can be written and shared safely."""
-    if isinstance(cfg, dict):
-        return {k: ("<redacted>" if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in cfg.items()}
-    if isinstance(cfg, list):
-        return [redact(v) for v in cfg]
-    return cfg
-
-
 class RunRecord:
     """Writes config.json and versions.json at start, metrics.jsonl as the stage runs, summary at the end."""
 
@@ -93,7 +82,7 @@ class RunRecord:
         atomic_write_json(self.out_dir / "config.json", {"stage": stage, "config": redact(config)})
         atomic_write_json(
             self.out_dir / "versions.json",
-            {"packages": package_versions(), "device": device_facts(), "argv": sys.argv},
+            {"packages": package_versions(), "device": device_facts(), "argv": redact_argv(sys.argv)},
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
@@ -122,7 +111,7 @@ class RunRecord:
         return run
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
-        row = {"step": step, "time": round(time.time() - self.start, 4), **to_jsonable(metrics)}
+        row = redact({"step": step, "time": round(time.time() - self.start, 4), **to_jsonable(metrics)})
         with open(self.metrics_path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
         if self._wandb is not None:
@@ -130,6 +119,7 @@ class RunRecord:
 
     def finish(self, summary: dict[str, Any] | None = None, name: str = "summary.json") -> None:
         payload = {"stage": self.stage, "wall_time_s": round(time.time() - self.start, 3), **(summary or {})}
+        payload = redact(to_jsonable(payload))
         atomic_write_json(self.out_dir / name, payload)
         if self._wandb is not None:
             self._wandb.summary.update({k: v for k, v in payload.items() if isinstance(v, int | float)})

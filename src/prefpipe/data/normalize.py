@@ -242,6 +242,19 @@ def make_ids_unique(rows: list[dict]) -> int:
     return renamed
 
 
+def train_test_overlap(train: Iterable[dict], test: Iterable[dict]) -> dict[str, int]:
+    """Test rows that share a prompt (case and whitespace folded) or an id with a training row: a held-out
+    score is only held out to the extent these are 0 (counted and reported in the data summary)."""
+    train = list(train)
+    prompts = {" ".join(row["prompt"].casefold().split()) for row in train}
+    ids = {row["id"] for row in train}
+    test = list(test)
+    return {
+        "prompts": sum(" ".join(row["prompt"].casefold().split()) in prompts for row in test),
+        "ids": sum(row["id"] in ids for row in test),
+    }
+
+
 def subset_counts(rows: Iterable[dict]) -> dict[str, int]:
     return dict(sorted(Counter(row["subset"] for row in rows).items()))
 
@@ -283,7 +296,7 @@ def normalize_records(
             rows.append(normalize_row(record.value, fmt, subset_name))
         except BadRow as bad:
             if bad_rows == "error":
-                raise ValueError(
+                raise DataError(
                     f"{where}: row {record.number}{_id_note(record.value)}: {bad.reason}: {bad.detail}"
                 ) from None
             dropped[bad.reason] += 1

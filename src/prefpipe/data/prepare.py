@@ -11,6 +11,7 @@ from typing import Any
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
+from prefpipe.data.normalize import train_test_overlap
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
@@ -125,6 +126,14 @@ def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
     }
     if report is not None:
         summary["external"] = report
+    # Leakage check, whatever the source: test pairs sharing a prompt or id with training pairs, and held-out
+    # RL prompts that repeated a training prompt (dropped by rl_prompts; the synthetic world has none).
+    summary["train_test_overlap"] = {
+        "pairs": report["train_test_overlap"]
+        if report is not None
+        else train_test_overlap(world.pairs_train, world.pairs_test),
+        "rl_prompts_dropped": prompts_report.get("heldout", {}).get("overlap_dropped", 0),
+    }
     return summary
 
 

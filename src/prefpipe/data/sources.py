@@ -25,6 +25,7 @@ from prefpipe.data.normalize import (
     make_ids_unique,
     normalize_records,
     subset_counts,
+    train_test_overlap,
 )
 from prefpipe.settings.data import ExternalSourceSettings
 
@@ -40,20 +41,24 @@ DETECT_ROWS = 100  # rows read ahead to detect the format when format is "auto"
 
 
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
-    """One record per non-blank line; a line that is not JSON becomes a record with an error, not a crash."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as err:
-                    yield RawRecord(line_no, error=f"not valid JSON ({err.msg} at column {err.colno})")
-                    continue
-                yield RawRecord(line_no, value)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    """One record per non-blank line; a line that is not JSON becomes a record with an error, not a crash.
+    A line that is not UTF-8 stops the read naming the file and line (the file's encoding is wrong, not a row)."""
+    with open(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(
+                    f"{path}: line {line_no}: not UTF-8 text ({err.reason} at byte {err.start} of the line)"
+                ) from err
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                yield RawRecord(line_no, error=f"not valid JSON ({err.msg} at column {err.colno})")
+                continue
+            yield RawRecord(line_no, value)
 
 
 def iter_json(path: Path) -> Iterator[RawRecord]:
@@ -241,6 +246,14 @@ def load_external_pairs(
         )
     if not test:
         log.warning("%s: the test part is empty", cfg["path"])
+    overlap = train_test_overlap(train, test)  # before ids are made unique across the parts
+    if any(overlap.values()):
+        log.warning(
+            "%s: %d test pairs share a prompt and %d an id with training pairs (train_test_overlap)",
+            cfg["path"],
+            overlap["prompts"],
+            overlap["ids"],
+        )
     duplicate_ids = make_ids_unique(train + test)
     report = {
         "source": cfg["source"],
@@ -251,6 +264,7 @@ def load_external_pairs(
         "kept": sum(r["kept"] for r in reads),
         "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in train_report["dropped"]},
         "duplicate_ids": duplicate_ids,
+        "train_test_overlap": overlap,
         "train": len(train),
         "test": len(test),
         "subsets": {"train": subset_counts(train), "test": subset_counts(test)},

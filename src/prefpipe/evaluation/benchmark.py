@@ -12,7 +12,6 @@ reward model's max_length cut while scoring this benchmark.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from prefpipe.common.io import atomic_file
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
     POINT_METHOD,
@@ -47,7 +47,8 @@ from prefpipe.evaluation.rewardbench2 import (
 )
 from prefpipe.evaluation.sections import SectionTable, custom_section_table
 
-TRUNCATION_KEY = "truncation"  # {max_length, pairs, pairs_share, sequences: {prompt|response: n}} or null
+# {max_length, pairs, pairs_share, sequences: {prompt|response: n}, by_subset: {subset: pairs}} or null
+TRUNCATION_KEY = "truncation"
 PER_EXAMPLE_COLUMNS = (
     "id",
     "subset",
@@ -86,27 +87,38 @@ def evaluate_rows(
         model, rows, scored, table, n_bins=n_bins, coverages=coverages, mc_samples=mc_samples, seed=seed
     )
     summary["batch_size"] = batch_size
-    summary[TRUNCATION_KEY] = truncation_report(model, before, prompts, chosen, rejected)
+    summary[TRUNCATION_KEY] = truncation_report(
+        model, before, prompts, chosen, rejected, [r["subset"] for r in rows]
+    )
     return frame, summary
 
 
 def truncation_report(
-    model: Any, before: Counter[str] | None, prompts: list[str], chosen: list[str], rejected: list[str]
+    model: Any,
+    before: Counter[str] | None,
+    prompts: list[str],
+    chosen: list[str],
+    rejected: list[str],
+    subsets: list[str],
 ) -> dict[str, Any] | None:
-    """Pairs (and sequences, by what was cut) that the model's max_length truncated while scoring this
-    benchmark; None for a model without a PairEncoder. Pairs are counted only when some sequence was cut."""
+    """Pairs (in all and per subset) and sequences (by what was cut) that the model's max_length truncated
+    while scoring this benchmark; None for a model without a PairEncoder. Pairs are tokenised again only when
+    some sequence was cut; `by_subset` lists every subset (0 where nothing was cut)."""
     after = truncation_counter(model)
     if before is None or after is None:
         return None
     sequences = {
         kind: after[kind] - before.get(kind, 0) for kind in after if after[kind] - before.get(kind, 0)
     }
-    pairs = truncated_pairs(model, prompts, chosen, rejected) if sequences else 0
+    cut = truncated_pairs(model, prompts, chosen, rejected) if sequences else [False] * len(prompts)
+    by_subset = Counter({subset: 0 for subset in subsets})
+    by_subset.update(subset for subset, flag in zip(subsets, cut, strict=True) if flag)
     return {
         "max_length": getattr(model.encoder, "max_length", None),
-        "pairs": pairs,
-        "pairs_share": pairs / len(prompts) if prompts else None,
+        "pairs": sum(cut),
+        "pairs_share": sum(cut) / len(prompts) if prompts else None,
         "sequences": sequences,
+        "by_subset": dict(sorted(by_subset.items())),
     }
 
 
@@ -221,20 +233,18 @@ def evaluate_rewardbench2(
     summary["batch_size"] = batch_size
     prompts = [p["prompt"] for p in pairs]
     summary[TRUNCATION_KEY] = truncation_report(
-        model, before, prompts, [p["chosen"] for p in pairs], [p["rejected"] for p in pairs]
+        model,
+        before,
+        prompts,
+        [p["chosen"] for p in pairs],
+        [p["rejected"] for p in pairs],
+        [p["subset"] for p in pairs],
     )
     return frame, summary
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write a parquet file beside its final name, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    """Write a parquet file beside its final name (umask-based mode), then rename it into place."""
+    with atomic_file(path) as tmp:
         frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return Path(path)

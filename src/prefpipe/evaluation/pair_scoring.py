@@ -95,17 +95,16 @@ def truncation_counter(model: Any) -> Counter[str] | None:
 
 def truncated_pairs(
     model: Any, prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]
-) -> int:
-    """Pairs with at least one side cut to the model's max_length (tokenised again by the model's own
-    PairEncoder; its running count is left as it was)."""
+) -> list[bool]:
+    """Per pair: whether at least one side is cut to the model's max_length (tokenised again by the model's
+    own PairEncoder; its running count is left as it was)."""
     encoder = model.encoder
     before = Counter(encoder.truncated)
     try:
-        return sum(
-            1
+        return [
+            bool(encoder.tokenize(p, c).cut or encoder.tokenize(p, r).cut)
             for p, c, r in zip(prompts, chosen, rejected, strict=True)
-            if encoder.tokenize(p, c).cut or encoder.tokenize(p, r).cut
-        )
+        ]
     finally:
         encoder.truncated.clear()
         encoder.truncated.update(before)

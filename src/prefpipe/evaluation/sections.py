@@ -1,11 +1,13 @@
 """Which subset belongs to which section, and how much it weighs there.
 
 RewardBench reports a section as the count-weighted mean of its subsets' accuracies. The weights follow the
-official harness (allenai/reward-bench, rewardbench/constants.py `EXAMPLE_COUNTS`): each subset weighs its
-example count, except math-prm, which weighs 984 although it has 447 rows, so math counts as much as the six
-code subsets (6 x 164). The official table lists xstest-should-refuse 250 / xstest-should-respond 154, which is
-the reverse of the dataset's row counts (154 / 250); published leaderboard numbers were computed with the
-official table, so that is the default ("official_code") and "row_counts" is the alternative.
+official harness (allenai/reward-bench, rewardbench/constants.py `EXAMPLE_COUNTS`, as released in rewardbench
+0.1.4): each subset weighs its example count, except math-prm, which weighs 984 although it has 447 rows, so
+math counts as much as the six code subsets (6 x 164). Safety's xstest subsets weigh their row counts,
+xstest-should-refuse 154 / xstest-should-respond 250 (`eval.xstest_weights: official`). Until September 2024
+the harness had these two swapped (250 / 154; reward-bench commit 6552e93 "Mirror change from leaderboard"
+fixed it), and leaderboard numbers from before then used the swap: `pre2024_code` reproduces them.
+tests/faults/test_rewardbench_weights.py checks every weight and the section map against the package.
 
 Subsets that are not official RewardBench subsets (e.g. the synthetic world's) get their section from the
 config (`data.sections`) and weigh their row count. Prior preference sets form the old leaderboard's
@@ -76,8 +78,8 @@ _OFFICIAL: dict[str, dict[str, int]] = {
     },
 }
 XSTEST_WEIGHTS = {
-    "official_code": {"xstest-should-refuse": 250, "xstest-should-respond": 154},
-    "row_counts": {"xstest-should-refuse": 154, "xstest-should-respond": 250},
+    "official": {"xstest-should-refuse": 154, "xstest-should-respond": 250},  # the harness since Sept 2024
+    "pre2024_code": {"xstest-should-refuse": 250, "xstest-should-respond": 154},  # the harness before it
 }
 # The source datasets of the official subsets (a subset belongs to the first name it equals or starts with + "-").
 OFFICIAL_ORIGINS = (

@@ -41,8 +41,9 @@ def default_pooling(kind: str, requested: str = "auto") -> str:
     return "last" if kind == "decoder" else "mean"
 
 
-def fix_pad_token(tokenizer: Any, kind: str, policy: str) -> str | None:
-    """Give a pad-less tokenizer a pad token per `backbone.pad_token_fix`; returns the fix applied."""
+def fix_pad_token(tokenizer: Any, kind: str, policy: str, source: str) -> str | None:
+    """Give a pad-less tokenizer a pad token per `backbone.pad_token_fix`; returns the fix applied. `source`
+    (the model path or hub id) is named in the error."""
     if tokenizer.pad_token_id is not None:
         return None
     if policy == "eos" and kind == "decoder" and tokenizer.eos_token is not None:
@@ -53,14 +54,14 @@ def fix_pad_token(tokenizer: Any, kind: str, policy: str) -> str | None:
         )
         return "eos"
     raise ConfigError(
-        f"tokenizer has no pad token (backbone.pad_token_fix={policy!r}, backbone kind {kind!r}); "
+        f"{source}: tokenizer has no pad token (backbone.pad_token_fix={policy!r}, backbone kind {kind!r}); "
         "set backbone.pad_token_fix: eos for a decoder with an eos token, or add a pad token to the tokenizer"
     )
 
 
 def load_tokenizer(source: str, kind: str, settings: BackboneSettings) -> tuple[Any, str | None]:
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=settings.trust_remote_code)
-    return tokenizer, fix_pad_token(tokenizer, kind, settings.pad_token_fix)
+    return tokenizer, fix_pad_token(tokenizer, kind, settings.pad_token_fix, source)
 
 
 def load_backbone(

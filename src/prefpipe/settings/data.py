@@ -36,6 +36,31 @@ class ExternalSourceSettings:
     max_rows: int | None
     cache_dir: str | None
 
+    def check(self, source: str) -> None:
+        """A non-synthetic `source` needs a path, and the test part must not be the training part (training
+        and testing on the same rows would report a leaked score as a held-out one)."""
+        if source == "synthetic":
+            return
+        if not self.path or not self.path.strip():
+            raise ConfigError(f"external.path: data.source {source} needs a file, folder or hub id")
+        if self.test_split is None:
+            return
+        if source == "hf":
+            if self.test_split == self.split:
+                raise ConfigError(
+                    f"external.test_split and data.external.split are both {self.split!r}: the test pairs "
+                    "would be the training pairs; name another split or set test_split: null (test_fraction)"
+                )
+        elif _same_file(self.test_split, self.path):
+            raise ConfigError(
+                f"external.test_split {self.test_split!r} is data.external.path {self.path!r}: the test "
+                "pairs would be the training pairs; name another file or set test_split: null (test_fraction)"
+            )
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
 
 @dataclass
 class PromptSourceSettings:
@@ -74,9 +99,7 @@ class PromptSourceSettings:
                 raise ConfigError(
                     "prompts.test_path: file prompt sources need a held-out file (disjoint from prompts.path)"
                 )
-            if os.path.realpath(os.path.expanduser(self.path)) == os.path.realpath(
-                os.path.expanduser(self.test_path)
-            ):
+            if _same_file(self.path, self.test_path):
                 raise ConfigError(
                     f"prompts.path and prompts.test_path are the same file ({self.path!r}): held-out "
                     "prompts must come from another file"
@@ -115,4 +138,5 @@ class DataSettings(RunSettings):
     demonstrations_needed: bool
 
     def check(self) -> None:
+        self.external.check(self.source)
         self.prompts.check()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prefpipe.common import model_ref
+from prefpipe.common import model_ref, secrets
 from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.base import BaseSettings
@@ -23,6 +23,7 @@ from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchma
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.merge import deep_merge
 from prefpipe.settings.models import ModelImportSettings
+from prefpipe.settings.names import check_name, check_names
 from prefpipe.settings.report import ReportSettings
 from prefpipe.settings.reward import RewardSettings
 from prefpipe.settings.run import RUN_WIDE_KEYS
@@ -68,6 +69,10 @@ class PipelineSettings:
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
         cfg = json.loads(json.dumps(config))  # a private, plain-JSON copy (schema defaults are filled in it)
+        # before the schema: a name that would escape results/ and a credential (which would reach rule params
+        # and .snakemake/ metadata) are refused with their own message, naming the key
+        check_names(cfg)
+        secrets.check_config(cfg)
         # plain benchmark source strings -> mappings, so the schema fills the entries' defaults
         if isinstance(cfg.get("eval"), dict):
             cfg["eval"]["benchmarks"] = benchmark_entries(cfg["eval"].get("benchmarks"))
@@ -77,6 +82,8 @@ class PipelineSettings:
         def stage(cls_: type[T], section: dict[str, Any], key: str, **extra: Any) -> T:
             return build_stage(cls_, {**run, **extra, **section}, key)
 
+        # data first: its checks (a test part that is the training part, a missing path) name data keys
+        data = stage(DataSettings, cfg["data"], "data", demonstrations_needed=cfg["base"]["sft"]["enabled"])
         reward_section, grpo_section = cfg["reward"], cfg["grpo"]
         variants = _narrow(
             list(reward_section["variants"]), reward_section["only"], "reward.only", "reward.variants"
@@ -122,9 +129,7 @@ class PipelineSettings:
         report_section = {k: v for k, v in cfg["report"].items() if k != "enabled"}  # a workflow switch
         return cls(
             raw=cfg,
-            data=stage(
-                DataSettings, cfg["data"], "data", demonstrations_needed=cfg["base"]["sft"]["enabled"]
-            ),
+            data=data,
             models=models,
             base=base,
             reward=reward,
@@ -230,6 +235,10 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
 def load_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
     """A stage's settings from a mapping that has not been through the config schema (a stage's --config):
     its own keys schema-checked, then built as `build_stage` builds them."""
+    secrets.check_config(values, key)
+    for name_key in ("experiment", "variant", "run", "name"):
+        if isinstance(values, dict) and isinstance(values.get(name_key), str):
+            check_name(values[name_key], f"{key}.{name_key}")
     if cls is EvalSettings:
         section = values.get("eval")
         if isinstance(section, dict):

@@ -4,6 +4,7 @@ defaults the schema declares for list items (e.g. each GRPO reward source), fill
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,26 @@ def _set_defaults(validator_class: type) -> type:
 _Validator = _set_defaults(jsonschema.Draft202012Validator)
 
 
+def check_finite(instance: Any, where: str) -> None:
+    """JSON Schema's `number` admits inf and NaN (YAML `.inf`, `.nan`; JSON `Infinity`), which no config key
+    means: refuse them naming the key, before the schema's own checks (a bound such as `exclusiveMinimum: 0`
+    lets `.inf` through and NaN compares false to everything)."""
+    if isinstance(instance, float) and not math.isfinite(instance):
+        raise ConfigError(
+            f"{where or '<top level>'}: must be finite (a number, not inf or NaN), got {instance!r}"
+        )
+    if isinstance(instance, Mapping):
+        for key, value in instance.items():
+            check_finite(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(instance, list | tuple):
+        for index, value in enumerate(instance):
+            check_finite(value, f"{where}[{index}]")
+
+
 def validate(instance: dict[str, Any], ref: str = ROOT_SCHEMA, where: str = "config") -> None:
     """Validate `instance` (in place: schema defaults are filled) against the schema `ref`
     (`file.schema.yaml` or `file.schema.yaml#/$defs/name`); raise ConfigError naming the first bad key."""
+    check_finite(instance, where)
     registry = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
     validator = _Validator({"$ref": ref}, registry=registry)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), list(map(str, e.path))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from prefpipe.evaluation.benchmark import TRUNCATION_KEY
 from prefpipe.evaluation.length_split import LONGER_WINS_BASELINE_KEY
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Details, Section, Table
@@ -105,6 +106,36 @@ def _longer_wins(ctx: Context, bench: str, variants: list[str]) -> str | None:
     return None
 
 
+def _truncation(ctx: Context) -> list:
+    """Pairs the reward model's max_length cut while scoring, per variant and benchmark, with the subsets they
+    are in (eval summary `truncation`): a score on cut pairs judges responses the model never fully read."""
+    rows = []
+    for variant in ctx.variants:
+        for bench, block in frames.benchmark_blocks(ctx.tree.summary("eval", variant)).items():
+            cut = block.get(TRUNCATION_KEY)
+            if not isinstance(cut, dict):
+                rows.append([variant, bench, "not recorded", NA, NA])
+                continue
+            per = cut.get("by_subset") or {}
+            where = ", ".join(f"{name} {n}" for name, n in per.items() if n) or "none"
+            pairs = (
+                f"{cut.get('pairs', 0)} ({pct(cut.get('pairs_share'))})" if cut.get("pairs_share") else "0"
+            )
+            rows.append([variant, bench, pairs, str(cut.get("max_length") or NA), where])
+    if not rows:
+        return []
+    return [
+        Table(
+            "Pairs truncated by the reward model's max_length",
+            ["Variant", "Benchmark", "Pairs cut", "max_length", "Cut pairs per subset"],
+            rows,
+            "A pair counts when its chosen or rejected sequence was cut (prompt + response longer than "
+            "max_length tokens); set reward.*.data.max_length higher to read them whole.",
+            anchor="rewardbench-truncation",
+        )
+    ]
+
+
 def _board(ctx: Context, bench: str) -> Table:
     frame = ctx.scores[ctx.scores["benchmark"] == bench]
     variants = [v for v in ctx.variants if v in set(frame["variant"])]
@@ -153,6 +184,7 @@ def build(ctx: Context) -> Section | None:
         if bench != ctx.bench:
             blocks.append(_board(ctx, bench))
     blocks.append(note(f"Headline benchmark: {ctx.bench} ({ctx.bench_source})."))
+    blocks += _truncation(ctx)
     if ctx.settings.paper_reference_rows:
         rows = [[name, *[f"{v:.2f}" for v in values]] for name, *values in PAPER_ROWS]
         blocks.append(

@@ -1,0 +1,103 @@
+"""Credentials never reach a file: one redaction for everything prefpipe writes, and a config check.
+
+Tokens belong in the environment (HF_TOKEN, WANDB_API_KEY), where the hub and wandb clients read them; nothing
+in prefpipe needs one in its config. A config value that looks like a credential is therefore refused at parse
+time (`check_config`), so it never becomes a rule param (Snakemake records params in `.snakemake/metadata`) or
+a stage's `--config` argument. `redact` / `redact_text` are the one redaction applied to what is written anyway:
+resolved configs, the argv in versions.json, summaries, metrics rows and log lines (defence in depth for a
+stage started by hand).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from prefpipe.common.config import ConfigError
+
+REDACTED = "<redacted>"
+# Credential-shaped keys: "hub_token", "api_key", "wandb_secret", "password"... but not "tokenizer",
+# "max_new_tokens" or "pad_token_fix".
+SECRET_KEY = re.compile(
+    r"(^|[_-])(token|api_?key|key|secret|password|passwd|auth|credentials?)$|secret|password",
+    re.IGNORECASE,
+)
+# Credential-shaped values: Hugging Face (hf_...), OpenAI-style (sk-...), GitHub (ghp_/github_pat_...),
+# Slack (xox?-...), AWS access keys, and `key=value` / `key: value` text with a secret-looking key.
+SECRET_VALUE = re.compile(
+    r"\bhf_[A-Za-z0-9]{16,}"
+    r"|\bsk-[A-Za-z0-9_-]{16,}"
+    r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+)
+_KEY_VALUE = re.compile(
+    r"(?P<key>[\w-]*(?:token|api_?key|secret|password|passwd)[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"',}]+)",
+    re.IGNORECASE,
+)
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential-shaped value replaced by <redacted>."""
+    text = SECRET_VALUE.sub(REDACTED, text)
+    return _KEY_VALUE.sub(lambda m: m.group("key") + REDACTED, text)
+
+
+def redact(value: Any) -> Any:
+    """A copy of `value` (mappings, lists, strings) with secret-keyed values and credential-shaped strings
+    replaced by <redacted>; numbers, booleans and None unchanged."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line with credential-shaped values redacted (inline JSON configs included) and the value after
+    a secret-named flag (`--hub-token X`) dropped."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag = arg.lstrip("-")
+        if arg.startswith("--") and "=" not in arg and SECRET_KEY.search(flag.replace("-", "_")):
+            hide_next = True
+        out.append(redact_text(arg))
+    return out
+
+
+def find_secret(value: Any, key: str) -> str | None:
+    """The dotted key of the first credential-shaped value (or secret-named key holding a value) in `value`."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = f"{key}.{k}" if key else str(k)
+            if SECRET_KEY.search(str(k)) and v not in (None, "", False):
+                return where
+            found = find_secret(v, where)
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            found = find_secret(v, f"{key}[{i}]")
+            if found:
+                return found
+    elif isinstance(value, str) and redact_text(value) != value:
+        return key
+    return None
+
+
+def check_config(config: Any, key: str = "") -> None:
+    """Refuse a config holding a credential-shaped value, naming the key (and never the value)."""
+    found = find_secret(config, key)
+    if found:
+        raise ConfigError(
+            f"{found}: looks like a credential (token, key or password); configs are written next to every "
+            "result and recorded by Snakemake, so put it in the environment instead (HF_TOKEN, WANDB_API_KEY)"
+        )
