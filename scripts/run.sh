@@ -18,5 +18,17 @@ for arg in "$@"; do
         break
     fi
 done
+# Snakemake reads --configfile files before the Snakefile and, when one does not parse, names neither the file
+# nor the line: check every config file argument first (file:line, duplicate keys; prefpipe.common.config).
+config_files=()
+for arg in "$@"; do
+    file="${arg#--configfile=}"
+    case "$file" in
+    *.yaml | *.yml | *.json) [ -f "$file" ] && config_files+=("$file") ;;
+    esac
+done
+if [ ${#config_files[@]} -gt 0 ]; then
+    PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" python -m prefpipe.common.config "${config_files[@]}"
+fi
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" WANDB_MODE="${WANDB_MODE:-offline}" TOKENIZERS_PARALLELISM=false
 exec snakemake --cores "${PREFPIPE_CORES:-all}" "$@"

@@ -5,13 +5,15 @@ a key written twice is an error, also under a real Snakemake parse."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 
 import pytest
 from support.settings import pipeline, reward_settings
-from support.workflow import repo_copy
+from support.stages import SRC
+from support.workflow import REPO, repo_copy
 
 from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings import schema
@@ -170,3 +172,20 @@ def test_snakemake_parse_refuses_duplicate_key_and_malformed_default(tmp_path):
     assert run.returncode != 0
     assert "config/config.yaml:" in run.stdout + run.stderr and "not valid YAML" in run.stdout + run.stderr
     assert not (work / "results").exists()
+
+
+def test_malformed_configfile_is_named_before_snakemake_reads_it(tmp_path):
+    """Snakemake's CLI reads --configfile files before the Snakefile and names neither file nor line, so
+    scripts/run.sh first runs `python -m prefpipe.common.config` on them: one line, file and line, exit 2."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo:\n  runs: {a: 1\n", encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "-m", "prefpipe.common.config", str(bad)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=60,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"config error: {bad}:3:1: not valid YAML") and run.stderr.count("\n") == 1
+    assert "prefpipe.common.config" in (REPO / "scripts" / "run.sh").read_text(encoding="utf-8")

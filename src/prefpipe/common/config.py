@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,18 @@ def resolve_path(value: str | os.PathLike, root: str | os.PathLike | None = None
     if not path.is_absolute() and root is not None:
         path = Path(root) / path
     return path
+
+
+def main(argv: list[str]) -> int:
+    """`python -m prefpipe.common.config FILE...`: scripts/run.sh checks each --configfile with it before
+    Snakemake, whose own loader reads them first and names neither the file nor the line of a YAML error."""
+    try:
+        check_config_files(argv)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

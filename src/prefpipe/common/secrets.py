@@ -23,6 +23,8 @@ SECRET_KEY = re.compile(
     r"(^|[_-])(token|api_?key|key|secret|password|passwd|auth|credentials?)$|secret|password",
     re.IGNORECASE,
 )
+# Tokenizer fields named like credentials but holding a vocabulary token ("pad_token": "<pad>").
+_VOCAB_TOKEN = re.compile(r"(pad|eos|bos|unk|sep|cls|mask|special)_token", re.IGNORECASE)
 # Credential-shaped values: Hugging Face (hf_...), OpenAI-style (sk-...), GitHub (ghp_/github_pat_...),
 # Slack (xox?-...), AWS access keys, and `key=value` / `key: value` text with a secret-looking key.
 SECRET_VALUE = re.compile(
@@ -38,17 +40,24 @@ _KEY_VALUE = re.compile(
 )
 
 
+def is_secret_key(key: object) -> bool:
+    """Whether a mapping key names a credential (hub_token, api_key, password), not a tokenizer field."""
+    return bool(SECRET_KEY.search(str(key))) and not _VOCAB_TOKEN.fullmatch(str(key))
+
+
 def redact_text(text: str) -> str:
     """`text` with every credential-shaped value replaced by <redacted>."""
     text = SECRET_VALUE.sub(REDACTED, text)
-    return _KEY_VALUE.sub(lambda m: m.group("key") + REDACTED, text)
+    return _KEY_VALUE.sub(
+        lambda m: m.group(0) if _VOCAB_TOKEN.search(m.group("key")) else m.group("key") + REDACTED, text
+    )
 
 
 def redact(value: Any) -> Any:
     """A copy of `value` (mappings, lists, strings) with secret-keyed values and credential-shaped strings
     replaced by <redacted>; numbers, booleans and None unchanged."""
     if isinstance(value, dict):
-        return {k: (REDACTED if SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
+        return {k: (REDACTED if is_secret_key(k) else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if isinstance(value, str):
@@ -67,20 +76,18 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             hide_next = False
             continue
         flag = arg.lstrip("-")
-        if arg.startswith("--") and "=" not in arg and SECRET_KEY.search(flag.replace("-", "_")):
+        if arg.startswith("--") and "=" not in arg and is_secret_key(flag.replace("-", "_")):
             hide_next = True
         out.append(redact_text(arg))
     return out
 
 
 def find_secret(value: Any, key: str) -> str | None:
-    """The dotted key of the first credential-shaped value (or secret-named key holding a value) in `value`."""
+    """The dotted key of the first credential-shaped string value in `value` (keys are the schema's business:
+    it refuses every key it does not know, so no config key can hold a credential by its name)."""
     if isinstance(value, dict):
         for k, v in value.items():
-            where = f"{key}.{k}" if key else str(k)
-            if SECRET_KEY.search(str(k)) and v not in (None, "", False):
-                return where
-            found = find_secret(v, where)
+            found = find_secret(v, f"{key}.{k}" if key else str(k))
             if found:
                 return found
     elif isinstance(value, list | tuple):
