@@ -78,7 +78,7 @@ def test_bad_config_names_the_key_and_writes_nothing(tmp_path, override, expecte
 @pytest.mark.parametrize(
     ("only", "expected"),
     [
-        (["gpm", "bgpm"], None),
+        (["bt", "gpm", "bgpm"], None),
         (["gpm", "nope"], "reward.only names ['nope'], which are not in reward.variants"),
         (["gpm"], "grpo.runs.bgpm_risk.reward_model = 'bgpm' is narrowed away by reward.only"),
     ],
