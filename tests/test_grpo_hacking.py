@@ -105,3 +105,30 @@ def test_gap_by_hand():
         overoptimisation([{k: v for k, v in r.items() if k != "verifier_accuracy"} for r in rows], specs)
         is None
     )
+
+
+def test_report_plots_the_curves_and_the_gap(tmp_path):
+    from support.settings import report_settings
+
+    from prefpipe.common.io import atomic_write_json
+    from prefpipe.report.inputs import Manifest, read_tree
+    from prefpipe.report.sections import Context, hacking
+
+    rows = [
+        {
+            "step": s,
+            "reward/rm_mean": 0.1 * s,
+            "reward/rm_std": 1.0,
+            "verifier_accuracy": 0.3,
+            "verifier_score_std": 0.4,
+        }
+        for s in range(12)
+    ]
+    block = overoptimisation(rows, [{"type": "reward_model", "name": "rm", "weight": 1.0}])
+    atomic_write_json(tmp_path / "grpo" / "rm_bt" / "summary.json", {"steps": 12, REWARD_HACKING: block})
+    tree = read_tree(tmp_path, Manifest({"grpo": {"rm_bt": "grpo/rm_bt/summary.json"}}), "main", True)
+    section = hacking.build(Context(tree, [], report_settings()))
+    figure, table = section.blocks
+    assert figure.png.startswith(b"\x89PNG")
+    assert table.rows[0][0] == "rm_bt" and table.rows[0][-1] == f"{block['gap']:+.3f}"
+    assert block["gap"] == pytest.approx((0.1 * 9 - 0.1 * 2) / 1.0)  # last 5 mean 0.9, first 5 mean 0.2

@@ -131,3 +131,37 @@ def test_dry_run_of_the_grid(tmp_path):
     assert counts["train_grpo"] == "8" and counts["eval_policy"] == "8" and counts["grpo_hypotheses"] == "1"
     assert counts["train_reward_model"] == "1"
     assert "results/grpo_hypotheses/summary.json" in result.stdout
+
+
+def test_report_reads_the_grid_summary(tmp_path):
+    from support.settings import report_settings
+
+    from prefpipe.report.inputs import Manifest, read_tree
+    from prefpipe.report.sections import Context, hypotheses
+
+    settings = pipeline(GRID)
+    results = tmp_path / "results"
+    _tree(results, settings.hypotheses)
+    out = results / "grpo_hypotheses"
+    assert (
+        main(
+            [
+                "--config",
+                settings.stage_json(settings.hypotheses, 1),
+                "--results",
+                str(results),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    tree = read_tree(
+        results, Manifest({"grpo_hypotheses": {"": "grpo_hypotheses/summary.json"}}), "main", True
+    )
+    ctx = Context(tree, [], report_settings())
+    section = hypotheses.build(ctx)
+    table = section.blocks[0]
+    assert len(table.rows) == 7 and table.rows[0][-1] == "helps"
+    assert any("prompt loss (step 0)" in row[5] for row in table.rows)
+    assert len(hypotheses.claims(ctx)) == 6

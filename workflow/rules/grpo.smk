@@ -95,9 +95,7 @@ rule eval_policy:
 
 rule grpo_hypotheses:
     input:
-        per_example=expand(
-            rules.eval_policy.output.per_example, run=hypothesis_runs()
-        ),
+        per_example=expand(rules.eval_policy.output.per_example, run=hypothesis_runs()),
         policy_eval=expand(rules.eval_policy.output.summary, run=hypothesis_runs()),
         metrics=expand(rules.train_grpo.output.metrics, run=hypothesis_runs()),
     output:
@@ -118,7 +116,9 @@ rule grpo_hypotheses:
         src=SRC,
         cfg=lambda wildcards, threads: stage_config(SETTINGS.hypotheses, threads),
         provenance=lambda wildcards: stage_config(SETTINGS.hypotheses, None),
-        results=RESULTS,
+        results=lambda wildcards, output: os.path.dirname(
+            os.path.dirname(output.summary)
+        ),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
         "PYTHONPATH={params.src:q} python -m prefpipe.grpo_hypotheses"
