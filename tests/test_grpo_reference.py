@@ -143,3 +143,38 @@ def test_full_finetune_reference_is_a_frozen_copy(tok, tmp_path):
     before = {k: v.clone() for k, v in ref.state_dict().items()}
     trainer._update(trainer._rollout(0)[0])
     assert all(torch.equal(before[k], v) for k, v in ref.state_dict().items())
+
+
+def test_lora_reference_disable_adapter_and_frozen_copy_give_the_same_logprobs(tok):
+    """H06: with a fresh adapter, pi_ref by disable_adapter() (the shared module) and by a separate frozen copy
+    are the same distribution, also after the adapter has been trained (here: B matrices set at random)."""
+    from prefpipe.grpo.reference import build_reference
+    from prefpipe.grpo.rollout import GenerationSettings, generate
+
+    policy = _lora(tiny_llama(tok))
+    via_disable = build_reference(policy, "fresh", True, "disable_adapter")
+    copy_ref = build_reference(policy, "fresh", True, "frozen_copy")
+    auto = build_reference(policy, "fresh", True, "auto")
+    assert via_disable.via_disable_adapter and auto.via_disable_adapter and not copy_ref.via_disable_adapter
+    torch.manual_seed(0)
+    ro = generate(policy, tok, [r["prompt"] for r in ROWS], 2, GenerationSettings(6), None)
+    n = ro.completion_ids.shape[1]
+    before = via_disable.logprobs(ro.input_ids, ro.attention_mask, n, TEMPERATURE)
+    with torch.no_grad():  # "training": the adapter moves away from zero
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    a = via_disable.logprobs(ro.input_ids, ro.attention_mask, n, TEMPERATURE)
+    b = copy_ref.logprobs(ro.input_ids, ro.attention_mask, n, TEMPERATURE)
+    moved, _ = completion_logprobs(policy, ro.input_ids, ro.attention_mask, n, TEMPERATURE)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a, before, rtol=1e-5, atol=1e-5)  # the reference did not move
+    assert (moved - a).abs().max() > 1e-2  # ... while the policy did
+
+
+def test_disable_adapter_reference_without_a_fresh_adapter_is_refused(tok):
+    from prefpipe.common.config import ConfigError
+    from prefpipe.grpo.reference import build_reference
+
+    with pytest.raises(ConfigError, match="reference_mode disable_adapter"):
+        build_reference(tiny_llama(tok), "none", True, "disable_adapter")

@@ -78,7 +78,7 @@ def test_bad_config_names_the_key_and_writes_nothing(tmp_path, override, expecte
 @pytest.mark.parametrize(
     ("only", "expected"),
     [
-        (["gpm", "bgpm"], None),
+        (["bt", "gpm", "bgpm"], None),
         (["gpm", "nope"], "reward.only names ['nope'], which are not in reward.variants"),
         (["gpm"], "grpo.runs.bgpm_risk.reward_model = 'bgpm' is narrowed away by reward.only"),
     ],
@@ -118,8 +118,8 @@ def test_grpo_only_and_stage_switches_select_jobs(tmp_path, override, runs, repo
 
 
 def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
-    """The default's GRPO runs use gpm and bgpm: those variants (and the GRPO jobs) carry a priority, so the RL
-    chain starts early; the others carry none."""
+    """The default's GRPO runs use bt, gpm and bgpm (rm_bt, gpm, bgpm_risk, ...): those variants (and the GRPO
+    jobs) carry a priority, so the RL chain starts early; the others (the Bayesian ablation) carry none."""
     result = _dry_run(_workflow_copy(tmp_path))
     assert result.returncode == 0, result.stderr
     priority: dict[str, str] = {}
@@ -131,6 +131,7 @@ def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
         ]
         priority[f"{name} {wildcards[0] if wildcards else ''}".strip()] = level[0] if level else "0"
     assert priority["train_reward_model variant=gpm"] == priority["train_reward_model variant=bgpm"] == "10"
-    assert priority["train_reward_model variant=bt"] == "0"
+    assert priority["train_reward_model variant=bt"] == "10"  # rm_bt
+    assert priority["train_reward_model variant=bgpm-broken"] == "0"
     assert priority["train_grpo run=verifier"] == priority["eval_policy run=gpm"] == "10"
     assert priority["build_base"] == "10"  # the policy the RL chain starts from

@@ -205,7 +205,12 @@ def _grpo_rows(run: str, steps: int) -> list[dict[str, Any]]:
             grad = 500.0
         row = {"step": t, "time": 2.0 * t, "reward_mean": 0.2 + 0.02 * t, "reward_std": 0.3}
         row["frac_reward_zero_std"] = 0.75 if (not bad and t < 3) else 0.1
-        row.update(entropy=1.5 - 0.02 * t, grad_norm=grad, truncated_ratio=0.4 if (bad and t >= 22) else 0.05)
+        row.update(
+            entropy=1.5 - 0.02 * t,
+            grad_norm=grad,
+            truncated_ratio=0.4 if (bad and t >= 22) else 0.05,
+            prompt_loss_share=0.0,
+        )
         row.update(step_time=1.8, loss=0.01, custom_debug_value=1)
         kl = {"k1": k3 * 0.9, "k2": k3 * 0.8, "k3": k3}
         # the names train_grpo writes (prefpipe.grpo.diagnostics / trainer)

@@ -130,9 +130,22 @@ def all_targets():
     targets = [f"{RESULTS}/data/summary.json", *base_summary()]
     targets += [f"{RESULTS}/eval/{v}/summary.json" for v in reward_variants()]
     targets += [f"{RESULTS}/policy_eval/{r}/summary.json" for r in grpo_runs()]
+    targets += hypotheses_summary()
     if SETTINGS.report is not None:
         targets.append(f"{RESULTS}/report/report.html")
     return targets
+
+
+def hypothesis_runs():
+    """The runs the GRPO hypothesis grid compares (grpo.hypotheses), none without a grid."""
+    return SETTINGS.hypotheses.runs() if SETTINGS.hypotheses is not None else []
+
+
+def hypotheses_summary():
+    """results/grpo_hypotheses/summary.json when the config declares a grid (the report reads it)."""
+    if SETTINGS.hypotheses is None:
+        return []
+    return [f"{RESULTS}/grpo_hypotheses/summary.json"]
 
 
 def benchmark_files():
@@ -230,6 +243,7 @@ def report_manifest(input):
     these files and no others (prefpipe.report.inputs)."""
     results = os.path.dirname(os.path.dirname(input.data))
     names = {"data": [""], "base": [""] if input.base else []}
+    names["grpo_hypotheses"] = [""] if input.grpo_hypotheses else []
     for kind in ("reward", "reward_metrics", "eval"):
         names[kind] = reward_variants()
     for kind in ("grpo", "grpo_metrics", "grpo_samples", "policy_eval"):

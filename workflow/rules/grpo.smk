@@ -64,6 +64,7 @@ rule eval_policy:
             subcategory="{run}",
             caption="../report/policy_eval.rst",
         ),
+        per_example=f"{RESULTS}/policy_eval/{{run}}/per_example.jsonl",
     log:
         f"{RESULTS}/policy_eval/{{run}}/eval_policy.log",
     benchmark:
@@ -90,3 +91,35 @@ rule eval_policy:
         "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.eval_policy"
         " --config {params.cfg:q} --data {params.data:q} --base {input.base:q} --policy {input.policy:q}"
         " {params.reward_flag} --out {params.out:q} > {log:q} 2>&1"
+
+
+rule grpo_hypotheses:
+    input:
+        per_example=expand(rules.eval_policy.output.per_example, run=hypothesis_runs()),
+        policy_eval=expand(rules.eval_policy.output.summary, run=hypothesis_runs()),
+        metrics=expand(rules.train_grpo.output.metrics, run=hypothesis_runs()),
+    output:
+        summary=f"{RESULTS}/grpo_hypotheses/summary.json",
+        markdown=f"{RESULTS}/grpo_hypotheses/summary.md",
+    log:
+        f"{RESULTS}/grpo_hypotheses/grpo_hypotheses.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/grpo_hypotheses.tsv"
+    conda:
+        "../../envs/prefpipe.yaml"
+    threads: 1
+    resources:
+        **placement("report"),
+        mem_mb=lambda wildcards, attempt: res("report", "mem_mb") * attempt,
+        runtime=lambda wildcards, attempt: res("report", "runtime") * attempt,
+    params:
+        src=SRC,
+        cfg=lambda wildcards, threads: stage_config(SETTINGS.hypotheses, threads),
+        provenance=lambda wildcards: stage_config(SETTINGS.hypotheses, None),
+        results=lambda wildcards, output: os.path.dirname(
+            os.path.dirname(output.summary)
+        ),
+        out=lambda wildcards, output: os.path.dirname(output.summary),
+    shell:
+        "PYTHONPATH={params.src:q} python -m prefpipe.grpo_hypotheses"
+        " --config {params.cfg:q} --results {params.results:q} --out {params.out:q} > {log:q} 2>&1"

@@ -13,6 +13,7 @@ rule report:
         grpo_metrics=expand(rules.train_grpo.output.metrics, run=grpo_runs()),
         grpo_samples=expand(rules.train_grpo.output.samples, run=grpo_runs()),
         policy_eval=expand(rules.eval_policy.output.summary, run=grpo_runs()),
+        grpo_hypotheses=hypotheses_summary(),
     output:
         html=report(
             f"{RESULTS}/report/report.html",

@@ -32,6 +32,15 @@ LENGTH_MEAN, LENGTH_MIN, LENGTH_MAX = (
     "completion_length_max",
 )
 TRUNCATED_RATIO, PROMPT_TRUNCATION_RATE = "truncated_ratio", "prompt_truncation_rate"
+# Share of loss-carrying tokens that are PROMPT tokens: 0 with a correct mask (grpo.mask_mode: completion).
+PROMPT_LOSS_SHARE = "prompt_loss_share"
+# The verifier on every training batch whose prompts have answers, optimised or not (Gao et al.'s "gold" signal
+# beside the reward model's "proxy" score): share of completions it accepts, mean and std of its score.
+VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (
+    "verifier_accuracy",
+    "verifier_score_mean",
+    "verifier_score_std",
+)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -53,6 +62,15 @@ def reward_metrics(total: torch.Tensor, parts: dict[str, torch.Tensor], group_si
         mixed = (groups != groups[:, :1]).any(dim=1)
         out[REWARD_PART_FRAC_MIXED.format(name=name)] = float(mixed.float().mean())
     return out
+
+
+def verifier_metrics(scores: torch.Tensor) -> dict[str, float]:
+    scores = scores.float()
+    return {
+        VERIFIER_ACCURACY: float((scores >= 1.0).float().mean()),
+        VERIFIER_SCORE_MEAN: float(scores.mean()),
+        VERIFIER_SCORE_STD: float(scores.std()) if scores.numel() > 1 else 0.0,
+    }
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:

@@ -7,6 +7,9 @@ Which reference is right depends on how training starts (getting this wrong is a
   already-trained (e.g. SFT) adapter       a frozen copy of that adapter + base: disabling it would measure KL
                                            to the bare base model instead of to the starting policy
   full fine-tuning                         a frozen copy of the starting weights
+`grpo.reference_mode` picks it: auto (the table above), disable_adapter (fresh adapters only) or frozen_copy
+(always a separate frozen copy). For a fresh adapter the last two give the same log-probs (tests), which is
+what hypothesis H06 ("the LoRA reference is out of sync") checks.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from collections.abc import Iterator
 
 import torch
 
+from prefpipe.common.config import ConfigError
 from prefpipe.grpo.logprobs import completion_logprobs
 
 LORA_STATES = ("none", "fresh", "trained")
+REFERENCE_MODES = ("auto", "disable_adapter", "frozen_copy")
 
 
 class ReferencePolicy:
@@ -66,12 +71,22 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-def build_reference(policy: torch.nn.Module, lora_state: str, needed: bool) -> ReferencePolicy | None:
-    """Reference for a policy in `lora_state` (none | fresh | trained); None when nothing needs one."""
+def build_reference(
+    policy: torch.nn.Module, lora_state: str, needed: bool, mode: str
+) -> ReferencePolicy | None:
+    """Reference for a policy in `lora_state` (none | fresh | trained) built the `mode` way (REFERENCE_MODES);
+    None when nothing needs one."""
     if lora_state not in LORA_STATES:
         raise ValueError(f"lora_state must be one of {LORA_STATES}, got {lora_state!r}")
+    if mode not in REFERENCE_MODES:
+        raise ConfigError(f"grpo.reference_mode must be one of {REFERENCE_MODES}, got {mode!r}")
+    if mode == "disable_adapter" and lora_state != "fresh":
+        raise ConfigError(
+            f"grpo.reference_mode disable_adapter needs a fresh LoRA adapter (grpo.lora.enabled), but the policy "
+            f"is {lora_state!r}: disabling a trained adapter would measure KL to the bare base model"
+        )
     if not needed:
         return None
-    if lora_state == "fresh":
+    if lora_state == "fresh" and mode != "frozen_copy":
         return ReferencePolicy(policy, via_disable_adapter=True)
     return ReferencePolicy(frozen_copy(policy), via_disable_adapter=False)

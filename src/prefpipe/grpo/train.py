@@ -72,6 +72,7 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", cfg_dict)
     trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp)
+    trainer.policy_source = str(args.policy)
     log.info(
         "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
         cfg.run,

@@ -18,7 +18,15 @@ from prefpipe.common.io import atomic_write_json, read_json
 STATE_FILE = "state.pt"
 RECORDS_FILE = "records.json"
 # Run-config keys that never change what a run computes: a rerun may change them and still resume.
-BOOKKEEPING_KEYS = ("torch_threads", "wandb", "eval", "checkpoint_every", "keep_checkpoint", "save_merged")
+BOOKKEEPING_KEYS = (
+    "torch_threads",
+    "wandb",
+    "eval",
+    "checkpoint_every",
+    "keep_checkpoint",
+    "save_merged",
+    "inspect_steps",
+)
 
 
 def run_fingerprint(config: dict[str, Any], inputs: dict[str, Any]) -> str:

@@ -22,13 +22,23 @@ import torch
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.stage import StageInterrupted
-from prefpipe.grpo import diagnostics
+from prefpipe.grpo import diagnostics, inspect_record
 from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
-from prefpipe.grpo.rewards import RewardInputs, WeightedReward, compute_rewards, needs_reference_completions
+from prefpipe.grpo.rewards import (
+    RewardInputs,
+    WeightedReward,
+    compute_rewards,
+    needs_reference_completions,
+)
+from prefpipe.grpo.rewards import (
+    verifier_reward as verifier_scores,
+)
 from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate
+from prefpipe.grpo.spans import completion_loss_mask, loss_spans
 from prefpipe.grpo.train_state import load_train_state, save_train_state
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -41,6 +51,9 @@ FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
     "clip_ratio_region",
 )
 STEP_TIME = "step_time"
+# The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
+# inspector's table sums to.
+LOSS_FIRST_ITERATION = "loss_first_iteration"
 TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second")
 
 
@@ -71,10 +84,6 @@ def select_prompts(num_rows: int, step: int, per_step: int, seed: int) -> list[i
     return picked
 
 
-def micro_slices(n: int, size: int) -> list[slice]:
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-
 class GRPOTrainer:
     def __init__(
         self,
@@ -96,7 +105,7 @@ class GRPOTrainer:
         self.device = next(policy.parameters()).device
         self.needs_ref_completions = needs_reference_completions(cfg.rewards)
         self.reference: ReferencePolicy | None = build_reference(
-            policy, lora_state, needed=cfg.beta != 0.0 or self.needs_ref_completions
+            policy, lora_state, cfg.beta != 0.0 or self.needs_ref_completions, cfg.reference_mode
         )
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -106,6 +115,7 @@ class GRPOTrainer:
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
+        self.policy_source: str | None = None  # the folder the policy started from (train.py sets it)
         self._stop = False
 
     # ------------------------------------------------------------------------------------------ rollout
@@ -149,11 +159,15 @@ class GRPOTrainer:
             reference_completions=refs,
         )
         total, parts = compute_rewards(self.rewards, inputs)
+        verifier = {}
+        if all(r["answer"] is not None for r in rows):  # the un-optimised verifier signal (reward hacking)
+            verifier = diagnostics.verifier_metrics(verifier_scores(inputs))
         adv = group_advantages(total, G, cfg.scale_rewards, cfg.advantage_eps)
         t2 = time.perf_counter()
         batch = StepBatch(rows, rollout, total, parts, adv.advantages.to(self.device))
         metrics = {
             **diagnostics.reward_metrics(total, parts, G),
+            **verifier,
             FRAC_REWARD_ZERO_STD: adv.frac_zero_std,
             **diagnostics.advantage_metrics(adv.advantages),
             **diagnostics.length_metrics(rollout),
@@ -166,60 +180,52 @@ class GRPOTrainer:
     def _update(self, batch: StepBatch) -> dict[str, float]:
         cfg = self.cfg
         ro = batch.rollout
-        input_ids, attention, loss_mask = ro.input_ids, ro.attention_mask, ro.loss_mask
-        if cfg.mask_truncated_completions:  # DAPO overlong filtering: no loss on cut-off completions
-            loss_mask = loss_mask * (~ro.truncated).long()[:, None].to(loss_mask.device)
-        n, width = ro.completion_ids.shape
-        prompt_width = ro.prompt_ids.shape[1]
-        slices, trims = [], []  # micro-batches with loss tokens, each cut to its longest loss span
-        for s in micro_slices(n, cfg.micro_batch_size):
-            c = int(loss_mask[s].sum(dim=1).max())
-            if c > 0:
-                slices.append(s)
-                trims.append(c)
-        if not slices:
+        comp_mask = completion_loss_mask(ro, cfg.mask_truncated_completions)
+        spans = loss_spans(ro, cfg.mask_mode, cfg.mask_truncated_completions, cfg.micro_batch_size)
+        if not spans:
             log.warning("no completion token carries loss this step (all truncated and masked): no update")
-            return {"update_skipped": 1.0, "num_loss_tokens": 0}
+            return {"update_skipped": 1.0, "num_loss_tokens": 0, diagnostics.PROMPT_LOSS_SHARE: 0.0}
+        n, width = ro.completion_ids.shape
 
-        def view(s: slice, c: int) -> tuple[torch.Tensor, torch.Tensor]:
-            return input_ids[s, : prompt_width + c], attention[s, : prompt_width + c]
-
-        old_logp = ref_logp = None
+        old_logp: list[torch.Tensor | None] = [None] * len(spans)
+        ref_logp: list[torch.Tensor | None] = [None] * len(spans)
         with torch.no_grad():
-            if cfg.num_iterations > 1:
-                old_logp = torch.zeros(n, width, device=self.device)
-                for s, c in zip(slices, trims, strict=True):
-                    old_logp[s, :c] = completion_logprobs(self.policy, *view(s, c), c, cfg.temperature)[0]
-            if cfg.beta != 0.0:
-                ref_logp = torch.zeros(n, width, device=self.device)
-                for s, c in zip(slices, trims, strict=True):
-                    ref_logp[s, :c] = self.reference.logprobs(*view(s, c), c, cfg.temperature)
+            for i, sp in enumerate(spans):
+                if cfg.num_iterations > 1:
+                    old_logp[i] = completion_logprobs(
+                        self.policy, *sp.inputs(ro), sp.n_scored, cfg.temperature
+                    )[0]
+                if cfg.beta != 0.0:
+                    ref_logp[i] = self.reference.logprobs(*sp.inputs(ro), sp.n_scored, cfg.temperature)
 
-        norms = BatchNorms(n, int(loss_mask.sum()), len(slices), cfg.max_new_tokens)
+        loss_tokens = sum(int(sp.mask.sum()) for sp in spans)
+        prompt_tokens = sum(sp.prompt_loss_tokens() for sp in spans)
+        norms = BatchNorms(n, loss_tokens, len(spans), cfg.max_new_tokens)
+        # completion-token views for the metrics (KL, entropy): the last n_completion scored positions
         cur_logp = torch.zeros(n, width, device=self.device)
+        ref_full = torch.zeros(n, width, device=self.device) if cfg.beta != 0.0 else None
         entropy = torch.zeros(n, width, device=self.device)
         sums = {"loss": 0.0, "policy_loss": 0.0, "kl_loss": 0.0, "low": 0, "high": 0}
+        first_iteration_loss = 0.0
         grad_norms = []
         self.policy.train()
         for it in range(cfg.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for s, c in zip(slices, trims, strict=True):
+            for i, sp in enumerate(spans):
                 logp, ent = completion_logprobs(
-                    self.policy, *view(s, c), c, cfg.temperature, with_entropy=it == 0
+                    self.policy, *sp.inputs(ro), sp.n_scored, cfg.temperature, with_entropy=it == 0
                 )
-                mask = loss_mask[s, :c]
-                old = old_logp[s, :c] if old_logp is not None else logp.detach()
                 out = grpo_loss(
                     logp,
-                    old,
-                    batch.advantages[s],
-                    mask,
+                    old_logp[i] if old_logp[i] is not None else logp.detach(),
+                    batch.advantages[sp.rows],
+                    sp.mask,
                     norms,
                     loss_type=cfg.loss_type,
                     eps_low=cfg.epsilon_low,
                     eps_high=cfg.epsilon_high,
                     beta=cfg.beta,
-                    ref_logp=None if ref_logp is None else ref_logp[s, :c],
+                    ref_logp=ref_logp[i],
                     kl_estimator=cfg.kl_estimator,
                     log_ratio_clamp=cfg.log_ratio_clamp,
                 )
@@ -235,8 +241,13 @@ class GRPOTrainer:
                 sums["low"] += int(out.clip_low.sum())
                 sums["high"] += int(out.clip_high.sum())
                 if it == 0:
-                    cur_logp[s, :c] = logp.detach()
-                    entropy[s, :c] = ent
+                    first_iteration_loss += float(out.loss.detach())
+                    c = sp.n_completion
+                    if c:
+                        cur_logp[sp.rows, :c] = logp.detach()[:, -c:]
+                        entropy[sp.rows, :c] = ent[:, -c:]
+                        if ref_full is not None:
+                            ref_full[sp.rows, :c] = ref_logp[i][:, -c:]
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 raise FloatingPointError(f"non-finite gradient norm at iteration {it}")
@@ -247,21 +258,41 @@ class GRPOTrainer:
         tokens = max(norms.num_tokens, 1) * k
         metrics = {
             "loss": sums["loss"] / k,
+            LOSS_FIRST_ITERATION: first_iteration_loss,
             "policy_loss": sums["policy_loss"] / k,
             "clip_ratio_low": sums["low"] / tokens,
             "clip_ratio_high": sums["high"] / tokens,
             CLIP_RATIO_REGION: (sums["low"] + sums["high"]) / tokens,
-            ENTROPY: diagnostics.masked_mean(entropy, loss_mask),
+            ENTROPY: diagnostics.masked_mean(entropy, comp_mask),
             GRAD_NORM: sum(grad_norms) / k,
             "grad_norm_max": max(grad_norms),
             "num_loss_tokens": norms.num_tokens,
+            diagnostics.PROMPT_LOSS_SHARE: prompt_tokens / max(norms.num_tokens, 1),
         }
-        if ref_logp is not None:
+        if ref_full is not None:
             metrics["kl_loss"] = sums["kl_loss"] / k
-            metrics.update(diagnostics.kl_metrics(cur_logp, ref_logp, loss_mask))
-        if old_logp is not None:
-            metrics["max_abs_log_ratio_old"] = float(((cur_logp - old_logp) * loss_mask).abs().max())
+            metrics.update(diagnostics.kl_metrics(cur_logp, ref_full, comp_mask))
+        if cfg.num_iterations > 1:
+            old_full = torch.zeros(n, width, device=self.device)
+            for i, sp in enumerate(spans):
+                if sp.n_completion:
+                    old_full[sp.rows, : sp.n_completion] = old_logp[i][:, -sp.n_completion :]
+            metrics["max_abs_log_ratio_old"] = float(((cur_logp - old_full) * comp_mask).abs().max())
         return metrics
+
+    def _save_inspection(self, step: int, batch: StepBatch) -> None:
+        meta = {"run": self.cfg.run, "lora_state": self.lora_state, "policy_source": self.policy_source}
+        inspect_record.save_step(
+            self.out_dir,
+            step,
+            batch.rollout,
+            batch.rewards,
+            batch.advantages,
+            batch.parts,
+            batch.rows,
+            self.policy,
+            meta,
+        )
 
     # ------------------------------------------------------------------------------------------ samples
     def _samples(self, step: int, batch: StepBatch) -> list[dict[str, Any]]:
@@ -326,6 +357,8 @@ class GRPOTrainer:
                     group["lr"] = self._lr(step)
                 t0 = time.perf_counter()
                 batch, metrics = self._rollout(step)
+                if step in cfg.inspect_steps:
+                    self._save_inspection(step, batch)
                 t1 = time.perf_counter()
                 metrics.update(self._update(batch))
                 step_time = time.perf_counter() - t0
@@ -341,6 +374,8 @@ class GRPOTrainer:
                 )
                 row = {"step": step, **metrics}
                 self.metric_rows.append(row)
+                if step in cfg.inspect_steps:
+                    inspect_record.finish_step(self.out_dir, step, row)
                 if self.record is not None:
                     self.record.log(**row)
                 if cfg.sample_every and step % cfg.sample_every == 0:
@@ -389,5 +424,7 @@ class GRPOTrainer:
             if self.reference is None
             else ("disable_adapter" if self.reference.via_disable_adapter else "frozen_copy"),
             "trainable_parameters": sum(p.numel() for p in self.params),
+            "inspect_steps": inspect_record.saved_steps(self.out_dir),
+            REWARD_HACKING: overoptimisation(rows, self.cfg.rewards),
             "total_parameters": sum(p.numel() for p in self.policy.parameters()),
         }

@@ -13,6 +13,7 @@ Every check compares one logged metric per step with a threshold from `report.di
 | grad norm spike | grad_norm | value > grad_norm_spike_factor * median of the previous baseline_window steps (>= 3 steps) |
 | truncation | truncated_ratio | value > truncated_ratio_max (completions hit max_new_tokens without EOS) |
 | entropy collapse | entropy | value < entropy_min |
+| prompt loss | prompt_loss_share | value > prompt_loss_share_max (loss on prompt tokens: a wrong loss mask, H02) |
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from prefpipe.grpo.diagnostics import KL_MEAN, MAX_ABS_LOG_RATIO, TRUNCATED_RATIO
+from prefpipe.grpo.diagnostics import KL_MEAN, MAX_ABS_LOG_RATIO, PROMPT_LOSS_SHARE, TRUNCATED_RATIO
 from prefpipe.grpo.trainer import ENTROPY, FRAC_REWARD_ZERO_STD, GRAD_NORM
 from prefpipe.settings.report import Thresholds
 
@@ -140,6 +141,12 @@ def check_run(
             lambda _i, v, _h: v > t.truncated_ratio_max,
         ),
         ("entropy collapse", ENTROPY, f"< {t.entropy_min:g}", lambda _i, v, _h: v < t.entropy_min),
+        (
+            "prompt loss",
+            PROMPT_LOSS_SHARE,
+            f"> {t.prompt_loss_share_max:g} of loss tokens in the prompt",
+            lambda _i, v, _h: v > t.prompt_loss_share_max,
+        ),
     ]
     flags = [nonfinite_flag(run, frame)] if only is None or "non-finite" in only else []
     for name, metric, rule, bad in checks:

@@ -27,6 +27,7 @@ LAYOUT = {
     "grpo_metrics": "grpo/{name}/metrics.jsonl",
     "grpo_samples": "grpo/{name}/samples.jsonl",
     "policy_eval": "policy_eval/{name}/summary.json",
+    "grpo_hypotheses": "grpo_hypotheses/summary.json",
 }
 VARIANT_KINDS = ("reward", "reward_metrics", "eval")
 RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "policy_eval")

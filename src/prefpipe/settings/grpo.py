@@ -57,6 +57,8 @@ class GrpoSettings(RunSettings):
     scale_rewards: str
     advantage_eps: float
     mask_truncated_completions: bool
+    mask_mode: str  # completion | with_prompt (debugging switch: a deliberately wrong mask)
+    reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
     lora: GrpoLoraSettings
     rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults
@@ -64,6 +66,7 @@ class GrpoSettings(RunSettings):
     sample_every: int
     samples_per_log: int
     checkpoint_every: int
+    inspect_steps: list[int]
     keep_checkpoint: bool
     save_merged: bool
     device: str

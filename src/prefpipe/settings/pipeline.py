@@ -21,6 +21,7 @@ from prefpipe.settings.build import from_mapping, to_mapping
 from prefpipe.settings.data import NO_VERIFIER, DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
+from prefpipe.settings.hypotheses import HypothesesSettings
 from prefpipe.settings.merge import deep_merge
 from prefpipe.settings.models import ModelImportSettings
 from prefpipe.settings.names import check_name, check_names
@@ -62,6 +63,7 @@ class PipelineSettings:
     eval: EvalSettings
     grpo: dict[str, GrpoSettings]  # the runs this run trains (grpo.enabled and grpo.only applied)
     report: ReportSettings | None  # None when report.enabled is false
+    hypotheses: HypothesesSettings | None  # grpo.hypotheses (None: no grid, or no GRPO runs)
     accelerate_config: (
         str | None
     )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
@@ -127,6 +129,11 @@ class PipelineSettings:
         benchmarks = _benchmarks(cfg["eval"]["benchmarks"], cfg["data"]["source"])
         cfg["eval"]["benchmarks"] = benchmarks
         report_section = {k: v for k, v in cfg["report"].items() if k != "enabled"}  # a workflow switch
+        hypotheses = None
+        if grpo_section["hypotheses"] is not None and grpo:
+            section = {**grpo_section["hypotheses"], "diagnostics": cfg["report"]["diagnostics"]}
+            hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
+            _check_hypothesis_runs(hypotheses, list(grpo))
         return cls(
             raw=cfg,
             data=data,
@@ -140,6 +147,7 @@ class PipelineSettings:
             ),
             grpo=grpo,
             report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
+            hypotheses=hypotheses,
             accelerate_config=cfg["launch"]["accelerate_config"],
         )
 
@@ -204,6 +212,18 @@ def _check_reward_model(
         )
 
 
+def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> None:
+    """Every run the grid compares is trained in this configuration (grpo.runs narrowed by grpo.only)."""
+    if settings.baseline not in runs:
+        raise ConfigError(f"grpo.hypotheses.baseline = {settings.baseline!r} is not a trained run ({runs})")
+    for name, test in settings.tests.items():
+        missing = [r for r in test.runs if r not in runs]
+        if missing:
+            raise ConfigError(f"grpo.hypotheses.tests.{name}.runs: {missing} are not trained runs ({runs})")
+        if settings.baseline in test.runs:
+            raise ConfigError(f"grpo.hypotheses.tests.{name}.runs holds the baseline {settings.baseline!r}")
+
+
 def _check_prompt_answers(verifier: str, runs: dict[str, GrpoSettings]) -> None:
     """Prompts without answers (data.prompts.verifier: none) cannot feed a reward that reads answers."""
     if verifier != NO_VERIFIER or not runs:
@@ -229,6 +249,7 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
     ReportSettings: ("report.schema.yaml", ()),
+    HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
 }
 
 

@@ -28,6 +28,7 @@ class Thresholds:
     grad_norm_spike_factor: float
     truncated_ratio_max: float
     entropy_min: float
+    prompt_loss_share_max: float
     baseline_window: int
 
 

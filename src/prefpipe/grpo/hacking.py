@@ -1,0 +1,77 @@
+"""Reward over-optimisation (Gao et al. 2023): the reward model's score (the proxy the policy is paid by) against
+the verifier's accuracy (the un-optimised "gold" signal, computed on every training batch whose prompts have
+answers) step by step, and one number for how far they parted.
+
+The final gap, in standard deviations of each signal's per-completion spread:
+
+    rm_gain_sd       = (mean rm score, last W steps - mean rm score, first W steps) / mean over steps of the
+                       per-batch std of the rm score
+    verifier_gain_sd = (mean verifier accuracy, last W - first W) / mean over steps of the per-batch std of the
+                       verifier score
+    gap              = rm_gain_sd - verifier_gain_sd
+
+gap > 0: the reward model's score rose more (in its own spread) than the verifier's accuracy: the policy learnt
+what the reward model pays for beyond what makes answers right (reward hacking); gap ~ 0: the two moved together;
+gap < 0: the verifier improved more than the reward model saw. Standardising makes BT rewards, GPM preference
+scores and risk-adjusted Bayesian scores comparable. W = WINDOW steps (fewer when the run is shorter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefpipe.grpo.diagnostics import REWARD_PART_MEAN, REWARD_PART_STD, VERIFIER_ACCURACY, VERIFIER_SCORE_STD
+
+REWARD_HACKING = "reward_hacking"  # summary.json key of train_grpo
+WINDOW = 5
+RM_SOURCE, VERIFIER_SOURCES = "reward_model", ("verifier", "exact_match", "token_f1")
+DEFINITION = (
+    "gap = rm_gain_sd - verifier_gain_sd; each gain = mean of the last W steps minus mean of the first W steps, "
+    "divided by the mean per-batch std of that signal (rm: the reward-model reward part; verifier: its score); "
+    "> 0 means the reward-model score rose more than verifier accuracy (over-optimisation)"
+)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _gain(series: list[float], spread: list[float], window: int) -> tuple[float, float, float | None]:
+    first, last = _mean(series[:window]), _mean(series[-window:])
+    scale = _mean(spread)
+    gain = last - first
+    return first, last, (gain / scale if scale else None)
+
+
+def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The per-step curves and the final gap; None when the run has no reward-model reward or no verifier
+    signal (prompts without answers)."""
+    rm = [s for s in specs if s["type"] == RM_SOURCE]
+    if not rm or not rows or any(VERIFIER_ACCURACY not in r for r in rows):
+        return None
+    part = rm[0]["name"] or rm[0]["type"]
+    mean_key, std_key = REWARD_PART_MEAN.format(name=part), REWARD_PART_STD.format(name=part)
+    steps = [int(r["step"]) for r in rows]
+    rm_score = [float(r[mean_key]) for r in rows]
+    accuracy = [float(r[VERIFIER_ACCURACY]) for r in rows]
+    window = min(WINDOW, len(rows))
+    rm_first, rm_last, rm_gain_sd = _gain(rm_score, [float(r[std_key]) for r in rows], window)
+    v_first, v_last, v_gain_sd = _gain(accuracy, [float(r[VERIFIER_SCORE_STD]) for r in rows], window)
+    gap = None if rm_gain_sd is None or v_gain_sd is None else rm_gain_sd - v_gain_sd
+    optimised = any(s["type"] in VERIFIER_SOURCES and float(s["weight"]) != 0.0 for s in specs)
+    return {
+        "rm_part": part,
+        "verifier_optimised": optimised,
+        "steps": steps,
+        "rm_score": rm_score,
+        "verifier_accuracy": accuracy,
+        "window": window,
+        "rm_score_first": rm_first,
+        "rm_score_last": rm_last,
+        "verifier_accuracy_first": v_first,
+        "verifier_accuracy_last": v_last,
+        "rm_gain_sd": rm_gain_sd,
+        "verifier_gain_sd": v_gain_sd,
+        "gap": gap,
+        "definition": DEFINITION,
+    }

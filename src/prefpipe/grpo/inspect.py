@@ -1,0 +1,154 @@
+"""One GRPO step laid out token by token (seed 004: one step done by hand and checked against the trainer).
+
+For every completion and every scored token: the token, whether it carries loss, log pi and log pi_ref, the
+ratio rho = exp(log pi - log pi_old) (1 on the step's first pass, where pi_old = pi), whether the clip is
+active, the advantage, the per-token k3 KL, and the token's contribution to the loss. The contribution is the
+per-token loss l_t = -min(rho A, clip(rho) A) + beta * KL_t times the weight d loss / d l_t of the configured
+aggregation (grpo.loss_type, from the registry in grpo/losses.py, taken by autograd): every aggregation is
+linear in the l_t, so the contributions add up to the loss exactly. The spans (micro-batches, masks) are the
+trainer's own (grpo/spans.py), so the table's loss is the trainer's first-pass loss for that step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.kl import per_token_kl
+from prefpipe.grpo.logprobs import completion_logprobs
+from prefpipe.grpo.losses import BatchNorms, aggregate, clipped_surrogate
+from prefpipe.grpo.reference import ReferencePolicy
+from prefpipe.grpo.rollout import Rollout
+from prefpipe.grpo.spans import loss_spans
+from prefpipe.settings.grpo import GrpoSettings
+
+
+@dataclass
+class TokenRow:
+    completion: int  # row of the batch (prompt-major: prompt = completion // G)
+    position: int  # completion token index; negative for prompt tokens (with_prompt mask only)
+    token: str
+    role: str  # prompt | completion | post_eos
+    mask: int
+    logp: float
+    ref_logp: float | None
+    ratio: float
+    clipped: str  # "" | low | high
+    advantage: float
+    kl_k3: float | None
+    loss: float  # per-token loss l_t (0 off the mask)
+    contribution: float  # weight * l_t: the token's share of the step loss
+
+
+@dataclass
+class StepTable:
+    step: int
+    loss_type: str
+    beta: float
+    num_tokens: int
+    num_sequences: int
+    table_loss: float
+    tokens: list[TokenRow] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _groups(rows, rewards, parts, advantages, cfg: GrpoSettings, texts) -> list[dict[str, Any]]:
+    G = cfg.num_generations
+    adv = group_advantages(rewards, G, cfg.scale_rewards, cfg.advantage_eps)
+    out = []
+    for p, row in enumerate(rows):
+        idx = range(p * G, (p + 1) * G)
+        out.append(
+            {
+                "prompt_id": row["id"],
+                "prompt": row["prompt"],
+                "answer": row.get("answer"),
+                "rewards": [float(rewards[i]) for i in idx],
+                "parts": {name: [float(v[i]) for i in idx] for name, v in parts.items()},
+                "mean": float(adv.group_mean[p]),
+                "std": float(adv.group_std[p]),
+                "advantages": [float(advantages[i]) for i in idx],
+                "completions": [texts[i] for i in idx],
+            }
+        )
+    return out
+
+
+def step_table(
+    cfg: GrpoSettings,
+    policy: torch.nn.Module,
+    reference: ReferencePolicy | None,
+    tokenizer,
+    rollout: Rollout,
+    advantages: torch.Tensor,
+    step: int,
+) -> StepTable:
+    """Recompute the step's first-pass loss token by token with the trainer's own functions."""
+    spans = loss_spans(rollout, cfg.mask_mode, cfg.mask_truncated_completions, cfg.micro_batch_size)
+    n = rollout.completion_ids.shape[0]
+    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), cfg.max_new_tokens)
+    table = StepTable(step, cfg.loss_type, cfg.beta, norms.num_tokens, n, 0.0)
+    policy.train()  # the trainer scores in train mode
+    ids = rollout.input_ids
+    for sp in spans:
+        with torch.no_grad():
+            logp = completion_logprobs(policy, *sp.inputs(rollout), sp.n_scored, cfg.temperature)[0]
+            ref = None
+            if cfg.beta != 0.0:
+                ref = reference.logprobs(*sp.inputs(rollout), sp.n_scored, cfg.temperature)
+        adv = advantages[sp.rows].float()
+        surrogate, clip = clipped_surrogate(
+            logp, logp, adv, sp.mask, cfg.epsilon_low, cfg.epsilon_high, cfg.log_ratio_clamp
+        )
+        per_token = surrogate
+        k3 = None
+        if ref is not None:
+            per_token = per_token + cfg.beta * per_token_kl(
+                logp, ref, sp.mask, cfg.kl_estimator, cfg.log_ratio_clamp
+            )
+            k3 = per_token_kl(logp, ref, sp.mask, "k3", cfg.log_ratio_clamp)
+        leaf = per_token.detach().clone().requires_grad_(True)
+        span_loss = aggregate(leaf, sp.mask, cfg.loss_type, norms)
+        (weight,) = torch.autograd.grad(span_loss, leaf)
+        contribution = weight * per_token.detach()
+        table.table_loss += float(span_loss.detach())
+        span_ids = ids[sp.rows, sp.width - sp.n_scored : sp.width]
+        for r in range(span_ids.shape[0]):
+            row = sp.rows.start + r
+            for t in range(sp.n_scored):
+                position = t - sp.n_prompt
+                if position < 0:
+                    if not int(rollout.prompt_mask[row, t + 1]):
+                        continue  # left padding
+                    role = "prompt"
+                else:
+                    role = "completion" if int(rollout.completion_mask[row, position]) else "post_eos"
+                    if role == "post_eos" and not int(sp.mask[r, t]):
+                        continue
+                on = int(sp.mask[r, t])
+                table.tokens.append(
+                    TokenRow(
+                        completion=row,
+                        position=position,
+                        token=tokenizer.decode([int(span_ids[r, t])], skip_special_tokens=False),
+                        role=role,
+                        mask=on,
+                        logp=float(logp[r, t]),
+                        ref_logp=None if ref is None else float(ref[r, t]),
+                        ratio=float(clip["ratio"][r, t]),
+                        clipped="low" if clip["low"][r, t] else ("high" if clip["high"][r, t] else ""),
+                        advantage=float(adv[r]),
+                        kl_k3=None if k3 is None else float(k3[r, t]),
+                        loss=float(per_token[r, t]) * on,
+                        contribution=float(contribution[r, t]),
+                    )
+                )
+    return table
+
+
+def attach_groups(table: StepTable, rows, rewards, parts, advantages, cfg: GrpoSettings, texts) -> StepTable:
+    table.groups = _groups(rows, rewards, parts, advantages, cfg, texts)
+    return table
