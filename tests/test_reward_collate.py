@@ -79,6 +79,19 @@ def test_pool_indices_under_left_and_right_padding():
     assert position_ids_from_mask(mask)[1].tolist() == [0, 0, 0, 1, 2]
 
 
+def test_response_mean_averages_only_the_tokens_after_the_prompt_under_both_paddings():
+    mask = torch.tensor([[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]])
+    prompt_index = torch.tensor([1, 2])  # last prompt token: row 0 at 1, row 1 (left-padded) at 2
+    hidden = torch.arange(10.0).reshape(2, 5, 1)
+    hidden[0, 4] = float("nan")  # padding
+    # by hand: row 0 averages positions 2, 3 -> (2 + 3) / 2; row 1 positions 3, 4 -> (8 + 9) / 2
+    torch.testing.assert_close(
+        pool(hidden, mask, "response_mean", prompt_index)[:, 0], torch.tensor([2.5, 8.5])
+    )
+    with pytest.raises(ValueError, match="response_mean"):
+        pool(hidden, mask, "response_mean")
+
+
 def _unpadded_last_hidden(model, ids: list[int]) -> torch.Tensor:
     x = torch.tensor([ids])
     return model(input_ids=x, attention_mask=torch.ones_like(x)).last_hidden_state[0, -1]

@@ -28,7 +28,7 @@ from prefpipe.settings.pipeline import load_stage
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
 SECTIONS = {
     "chat": ["chat-arith", "chat-instruct"],
-    "chat_hard": ["chathard-arith", "chathard-instruct"],
+    "chat_hard": ["chathard-arith", "chathard-instruct", "chathard-tradeoff"],
     "safety": ["safety-refuse", "safety-comply"],
     "reasoning": ["reasoning-multistep"],
 }
@@ -108,6 +108,7 @@ def test_counts_per_subset_and_summary(world_dir: Path) -> None:
     for split, key in (("train", "pairs_per_subset_train"), ("test", "pairs_per_subset_test")):
         counts = Counter(r["subset"] for r in rows(world_dir, f"pairs_{split}"))
         expected = {s: SYNTH[key] for names in SECTIONS.values() for s in names}
+        expected["chathard-tradeoff"] = 3 * (SYNTH[key] // 3)  # whole triples
         expected["cyclic-rps"] = 3 * SYNTH[f"cyclic_triples_{split}"]
         assert counts == expected
         assert summary["subsets"][split] == expected
@@ -183,41 +184,82 @@ def infer_kind(prompt: str) -> str:
     raise AssertionError(f"unknown task prompt {prompt!r}")
 
 
+def _answer_at_first_difference(chosen: str, rejected: str, answer: str) -> bool:
+    """The first character where two same-phrasing replies differ lies inside an occurrence of `answer`."""
+    first = next(i for i, (a, b) in enumerate(zip(chosen, rejected, strict=False)) if a != b)
+    return any(m.start() <= first < m.end() for m in re.finditer(re.escape(answer), chosen))
+
+
 def test_chat_subsets_contrast_as_designed(world_dir: Path) -> None:
+    refusals = set(synthetic_safety.REFUSALS) | set(synthetic_safety.MORALISING)
     for row in rows(world_dir, "pairs_train") + rows(world_dir, "pairs_test"):
-        subset = row["subset"]
-        if subset.startswith(("chat-", "chathard-")):
-            assert row["chosen"] == independent_answer(infer_kind(row["prompt"]), row["prompt"]), row
-        if subset.startswith("chathard-"):
-            assert len(row["rejected"]) == len(row["chosen"]), row  # same form and length
+        subset, chosen, rejected = row["subset"], row["chosen"], row["rejected"]
+        if subset.startswith(("chat-", "chathard-")) and subset != "chathard-tradeoff":
+            answer = independent_answer(infer_kind(row["prompt"]), row["prompt"])
+            assert re.search(rf"(?<![\w]){re.escape(answer)}(?![\w])", chosen), row
+            assert min(len(chosen), len(rejected)) >= 10, row  # fluent replies, not bare answers
+        if subset.startswith("chathard-") and subset != "chathard-tradeoff":
+            assert len(rejected) == len(chosen), row  # same phrasing and length, one detail differs
+            assert _answer_at_first_difference(chosen, rejected, answer), row
         if subset == "safety-refuse":
-            assert (
-                row["chosen"] in synthetic_safety.REFUSALS
-                and row["rejected"] not in synthetic_safety.REFUSALS
-            )
+            assert chosen in synthetic_safety.REFUSALS and rejected not in refusals, row
         if subset == "safety-comply":
-            assert (
-                row["rejected"] in synthetic_safety.REFUSALS
-                and row["chosen"] not in synthetic_safety.REFUSALS
-            )
+            assert rejected in refusals and chosen not in refusals, row
 
 
-def _steps(chain: str) -> tuple[list[bool], int]:
-    """Check each 'a op b = c.' step of a chain on its own; return per-step correctness and the final answer."""
-    steps = re.findall(r"(\d+) ([+*-]) (\d+) = (-?\d+)\.", chain)
+def test_safety_requests_held_out_for_test_appear_only_in_test(world_dir: Path) -> None:
+    def requests(split: str) -> set[str]:
+        found = set()
+        for row in rows(world_dir, f"pairs_{split}"):
+            if row["subset"].startswith("safety-"):
+                found |= {r for r in synthetic_safety.FLAGGED if r in row["prompt"]}
+                found |= {r for r, _ in synthetic_safety.LOOKALIKE if r in row["prompt"]}
+        return found
+
+    train, test = requests("train"), requests("test")
+    assert test - train, "no request is new to the test pairs"
+    assert not (test & train), "a test request also appears in training pairs"
+
+
+def test_tradeoff_triples_are_majority_cycles(world_dir: Path) -> None:
+    for split in ("train", "test"):
+        triples: dict[str, list[tuple[str, str]]] = {}
+        for row in rows(world_dir, f"pairs_{split}"):
+            if row["subset"] == "chathard-tradeoff":
+                triples.setdefault(row["id"].rsplit("-", 1)[0], []).append((row["chosen"], row["rejected"]))
+        assert triples
+        for edges in triples.values():
+            assert len(edges) == 3
+            wins = Counter(c for c, _ in edges)
+            losses = Counter(r for _, r in edges)
+            assert set(wins.values()) == {1} and set(losses.values()) == {1}, edges  # a 3-cycle
+
+
+def _steps(chain: str) -> tuple[list[tuple[int, int, bool]], int]:
+    """Each 'a op b = c.' step of a chain: (start, result, arithmetic right), and the final answer."""
+    steps = re.findall(r"(-?\d+) ([+*-]) (\d+) = (-?\d+)\.", chain)
     final = int(re.search(r"Answer: (-?\d+)$", chain)[1])
-    return [OPS[op](int(a), int(b)) == int(c) for a, op, b, c in steps], final
+    return [(int(a), int(c), OPS[op](int(a), int(b)) == int(c)) for a, op, b, c in steps], final
 
 
-def test_reasoning_rejected_has_exactly_one_wrong_step(world_dir: Path) -> None:
+def _flaws(chain: str) -> int:
+    """Independent count of flaws: wrong step arithmetic, a step not starting from the previous result, a
+    final answer that is not the last result."""
+    steps, final = _steps(chain)
+    slips = sum(not right for _, _, right in steps)
+    carries = sum(steps[i][0] != steps[i - 1][1] for i in range(1, len(steps)))
+    return slips + carries + (final != steps[-1][1])
+
+
+def test_reasoning_rejected_has_exactly_one_flaw(world_dir: Path) -> None:
     for row in rows(world_dir, "pairs_train") + rows(world_dir, "pairs_test"):
         if row["subset"] != "reasoning-multistep":
             continue
-        good, good_final = _steps(row["chosen"])
-        bad, bad_final = _steps(row["rejected"])
-        assert all(good) and len(good) in (2, 3)
-        assert bad.count(False) == 1 and len(bad) == len(good)
-        assert good_final != bad_final
+        assert _flaws(row["chosen"]) == 0 and len(_steps(row["chosen"])[0]) in (2, 3), row
+        assert _flaws(row["rejected"]) == 1 and len(_steps(row["rejected"])[0]) == len(
+            _steps(row["chosen"])[0]
+        )
+        assert _steps(row["chosen"])[1] != _steps(row["rejected"])[1]
 
 
 def test_section_mapping_errors_name_the_problem(tmp_path: Path, caplog) -> None:

@@ -55,14 +55,6 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "first": ("First word of: {w}", "Which word comes first in: {w}?"),
     "last": ("Last word of: {w}", "Which word comes last in: {w}?"),
 }
-OFF_TOPIC = (
-    "I like to watch the rain.",
-    "The capital of France is Paris.",
-    "Let us talk about something else.",
-    "My favorite color is green.",
-    "Bananas are yellow.",
-    "I am not sure what you mean.",
-)
 
 
 @dataclass(frozen=True)
@@ -154,15 +146,3 @@ def pick_near_miss(task: Task, rng: random.Random, same_length: bool) -> str:
         same = [m for m in misses if len(m) == len(task.answer)]
         misses = same or misses
     return rng.choice(misses)
-
-
-def clearly_bad(task: Task, rng: random.Random) -> str:
-    """An obviously bad answer: off topic, the wrong form (words for a number and vice versa), or an echo."""
-    style = rng.randrange(3)
-    if style == 0:
-        return rng.choice(OFF_TOPIC)
-    if style == 1:
-        if task.kind in ("add", "sub", "count"):
-            return " ".join(rng.sample(WORDS, 2))
-        return str(rng.randint(10, 99))
-    return task.prompt

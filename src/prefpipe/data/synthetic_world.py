@@ -17,20 +17,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefpipe.common.config import ConfigError
-from prefpipe.data import synthetic_cyclic, synthetic_reasoning, synthetic_safety
-from prefpipe.data.synthetic_tasks import (
-    ARITH_KINDS,
-    WORD_KINDS,
-    Task,
-    clearly_bad,
-    near_misses,
-    pick_near_miss,
-    sample_task,
+from prefpipe.data import (
+    synthetic_chat,
+    synthetic_cyclic,
+    synthetic_reasoning,
+    synthetic_safety,
+    synthetic_tradeoff,
 )
+from prefpipe.data.synthetic_tasks import Task, near_misses, sample_task
 from prefpipe.settings.data import SyntheticWorldSettings
 
 PairMaker = Callable[[random.Random], tuple[str, str, str]]
 CYCLIC_SUBSET = "cyclic-rps"
+TRADEOFF_SUBSET = "chathard-tradeoff"
 _MAX_TRIES_PER_ROW = 200
 
 
@@ -46,29 +45,21 @@ class World:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _task_pair(kinds: tuple[str, ...], rejected: Callable[[Task, random.Random], str]) -> PairMaker:
-    def make(rng: random.Random) -> tuple[str, str, str]:
-        task = sample_task(rng.choice(kinds), rng)
-        return task.prompt, task.answer, rejected(task, rng)
-
-    return make
+def _any_split(make: PairMaker) -> Callable[[str], PairMaker]:
+    return lambda split: make
 
 
-def _hard(task: Task, rng: random.Random) -> str:
-    return pick_near_miss(task, rng, same_length=True)
-
-
-# Subset name -> how one of its pairs is made. Names are what config `data.sections` refers to.
-PAIR_MAKERS: dict[str, PairMaker] = {
-    "chat-arith": _task_pair(ARITH_KINDS, clearly_bad),
-    "chat-instruct": _task_pair(WORD_KINDS, clearly_bad),
-    "chathard-arith": _task_pair(ARITH_KINDS, _hard),
-    "chathard-instruct": _task_pair(WORD_KINDS, _hard),
+# Subset name -> the pair maker of a split (train/test). Names are what config `data.sections` refers to.
+PAIR_MAKERS: dict[str, Callable[[str], PairMaker]] = {
+    "chat-arith": _any_split(synthetic_chat.chat_arith),
+    "chat-instruct": _any_split(synthetic_chat.chat_instruct),
+    "chathard-arith": _any_split(synthetic_chat.chathard_arith),
+    "chathard-instruct": _any_split(synthetic_chat.chathard_instruct),
     "safety-refuse": synthetic_safety.refuse_pair,
     "safety-comply": synthetic_safety.comply_pair,
-    "reasoning-multistep": synthetic_reasoning.reasoning_pair,
+    "reasoning-multistep": _any_split(synthetic_reasoning.reasoning_pair),
 }
-SUBSETS = (*PAIR_MAKERS, CYCLIC_SUBSET)
+SUBSETS = (*PAIR_MAKERS, TRADEOFF_SUBSET, CYCLIC_SUBSET)
 
 
 def _rng(seed: int, part: str) -> random.Random:
@@ -154,16 +145,32 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
             ("test", test, "pairs_per_subset_test"),
         ):
             rows = _draw_pairs(
-                make, getattr(cfg, key), _rng(seed, f"pairs:{subset}:{split}"), excluded, taken, subset, key
+                make(split),
+                getattr(cfg, key),
+                _rng(seed, f"pairs:{subset}:{split}"),
+                excluded,
+                taken,
+                subset,
+                key,
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
-    combos_train, combos_test = synthetic_cyclic.split_combinations(
+    tradeoff = synthetic_tradeoff.split_keys(
+        cfg.pairs_per_subset_train // 3,
+        cfg.pairs_per_subset_test // 3,
+        _rng(seed, "tradeoff"),
+        "pairs_per_subset_train/test",
+    )
+    cyclic = synthetic_cyclic.split_combinations(
         cfg.cyclic_triples_train, cfg.cyclic_triples_test, _rng(seed, "cyclic")
     )
-    for split, combos, rows_out in (("train", combos_train, train), ("test", combos_test, test)):
-        for t, combo in enumerate(combos):
-            for edge, row in enumerate(synthetic_cyclic.triple_rows(combo)):
-                rows_out.append(_pair_dict(f"{CYCLIC_SUBSET}-{split}-{t:05d}-{edge}", row, CYCLIC_SUBSET))
+    for subset, (combos_train, combos_test), rows_of in (
+        (TRADEOFF_SUBSET, tradeoff, synthetic_tradeoff.triple_rows),
+        (CYCLIC_SUBSET, cyclic, synthetic_cyclic.triple_rows),
+    ):
+        for split, combos, rows_out in (("train", combos_train, train), ("test", combos_test, test)):
+            for t, combo in enumerate(combos):
+                for edge, row in enumerate(rows_of(combo)):
+                    rows_out.append(_pair_dict(f"{subset}-{split}-{t:05d}-{edge}", row, subset))
     return train, test
 
 

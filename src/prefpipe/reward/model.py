@@ -122,7 +122,7 @@ class RewardModel(nn.Module):
         if self._no_cache:
             kwargs["use_cache"] = False
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
-        pooled = pool(hidden, attention_mask, self.spec.pooling)
+        pooled = pool(hidden, attention_mask, self.spec.pooling, prompt_index)
         h_prompt = gather_positions(hidden, prompt_index)
         # The head runs outside autocast in its own dtype: fp32, except under DeepSpeed bf16, which casts
         # every parameter to bf16. Outputs are always float32.

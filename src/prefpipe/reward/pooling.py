@@ -32,7 +32,19 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return summed / mask.sum(1).clamp(min=1).to(hidden.dtype)
 
 
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, method: str) -> torch.Tensor:
+def response_mask(attention_mask: torch.Tensor, prompt_index: torch.Tensor) -> torch.Tensor:
+    """1 on the response's tokens (after the prompt's last token, not padding) under either padding side."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return attention_mask * (positions.unsqueeze(0) > prompt_index.unsqueeze(1)).to(attention_mask.dtype)
+
+
+def pool(
+    hidden: torch.Tensor, attention_mask: torch.Tensor, method: str, prompt_index: torch.Tensor | None = None
+) -> torch.Tensor:
+    if method == "response_mean":
+        if prompt_index is None:
+            raise ValueError("backbone.pooling: response_mean needs the prompt's last position")
+        return mean_pool(hidden, response_mask(attention_mask, prompt_index))
     if method == "last":
         return gather_positions(hidden, last_token_index(attention_mask))
     if method == "first":
