@@ -37,6 +37,7 @@ FIGURES = {
     "selective",
     "reward_training_1",
     "grpo_1",
+    "overoptimisation",
 }
 CATEGORIES = [
     "1. Data",
