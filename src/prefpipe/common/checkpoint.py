@@ -196,7 +196,8 @@ def find_latest(root: str | Path, hint: str = "") -> Path | None:
 
 def check_fingerprint(root: str | Path, run_fingerprint: str, hint: str = "") -> Path | None:
     """The newest complete checkpoint under root if this run wrote it, None if there is none; CheckpointMismatch
-    (naming the folder) if it belongs to a run with another config or other inputs."""
+    (naming the folder) if it belongs to a run with another config or other inputs; CheckpointCorrupt if one
+    of its files is missing or has another size than was written."""
     latest = find_latest(root, hint)
     if latest is None:
         return None
@@ -206,6 +207,7 @@ def check_fingerprint(root: str | Path, run_fingerprint: str, hint: str = "") ->
             f"checkpoint {latest} was written with a different config or inputs (config hash {stored} != "
             f"{run_fingerprint} of this run); not resuming it. Delete {Path(root)} to start afresh{hint}"
         )
+    verify(latest, hint)  # a truncated file stops the stage here, before it touches any output
     return latest
 
 
