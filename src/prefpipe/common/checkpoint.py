@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import threading
@@ -139,6 +140,8 @@ def _unreadable_file(folder: Path) -> tuple[Path, str] | None:
                         handle.get_tensor(key)
             elif path.suffix in (".pt", ".bin", ".pth"):
                 torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:  # torch's own text would suggest an unsafe load
+            return path, "not a readable torch file (unpickling failed)"
         except Exception as err:  # any failure to read back is the answer we are looking for
             return path, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
     return None
