@@ -8,13 +8,17 @@ died) and SIGINT (Ctrl-C) are handled alike, and a stage never dies mid-write.
   finishes the current step, writes a checkpoint and then raises StageInterrupted. Repeated signals (Ctrl-C
   reaches Snakemake and the stage together, and Snakemake then sends SIGTERM) do not cut the checkpoint short.
 - `die_with_parent`: on Linux the kernel sends SIGTERM when the process that started the stage dies, so a
-  SIGKILLed Snakemake leaves no training running (it checkpoints and stops instead).
+  SIGKILLed Snakemake leaves no training running (it checkpoints and stops instead). The rules `exec` the stage
+  so that its parent is Snakemake, not a shell. A launcher that is not ours (`accelerate launch`) is started as
+  `python -m prefpipe.common.interrupts accelerate launch ...`, which sets the same request and execs it (the
+  request survives exec), and the launcher then stops its workers.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import sys
 import threading
@@ -102,3 +106,12 @@ def die_with_parent(signum: int = signal.SIGTERM) -> bool:
         return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+if (
+    __name__ == "__main__"
+):  # python -m prefpipe.common.interrupts PROGRAM ARGS...: run it, dying with our parent
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m prefpipe.common.interrupts PROGRAM [ARGS...]")
+    die_with_parent()
+    os.execvp(sys.argv[1], sys.argv[1:])
