@@ -10,7 +10,11 @@ row but wall-clock fields, the summary, the saved weights).
 from __future__ import annotations
 
 import json
+import shlex
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from support.interrupts import (
 from support.models import save_tiny_base, save_tiny_policy
 from support.rows import rl_rows, write_reward_data
 from support.settings import grpo_settings, reward_settings, stage_json
+from support.stages import stage_env
 
 from prefpipe.common.io import write_jsonl
 
@@ -124,3 +129,71 @@ def test_a_stop_signal_checkpoints_and_the_rerun_equals_an_uninterrupted_run(uni
     a, b = load_file(str(full / weights)), load_file(str(cut / weights))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "weights differ after resume"
     print(f"{kind} {signum.name}: stopped after step {stopped_at}, resumed run bit-identical")
+
+
+# ------------------------------------------------------------------------------------------ SIGKILL of Snakemake
+SNAKEFILE = """
+rule train:
+    output:
+        "out/summary.json",
+    log:
+        "train.log",
+    shell:
+        {command!r}
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_sigkill_of_snakemake_stops_the_stage_with_a_checkpoint(tmp_path):
+    """The rule runs the stage as the workflow's rules do (`exec python -m ...`, so Snakemake is its parent);
+    Snakemake is SIGKILLed mid-training; the stage gets SIGTERM from the kernel, checkpoints and exits."""
+    base, data = save_tiny_base(tmp_path / "base"), write_reward_data(tmp_path / "data")
+    train = {**REWARD["train"], "steps": 400}
+    config = stage_json(reward_settings({**REWARD, "train": train}, variant="gpm", seed=11))
+    src = Path(__file__).resolve().parents[2] / "src"
+    command = (
+        (  # as the workflow's rules run a stage; {{ }} keep the JSON's braces from Snakemake's formatting
+            f"PYTHONPATH={shlex.quote(str(src))} OMP_NUM_THREADS=1 exec python -m prefpipe.train_reward"
+            f" --config {shlex.quote(config)} --data {shlex.quote(str(data))} --base {shlex.quote(str(base))}"
+            " --out out > {log:q} 2>&1"
+        )
+        .replace("{", "{{")
+        .replace("}", "}}")
+        .replace("{{log:q}}", "{log:q}")
+    )
+    (tmp_path / "Snakefile").write_text(SNAKEFILE.format(command=command))
+    snakemake = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "-c1", "--quiet"],
+        cwd=tmp_path, env=stage_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    metrics, deadline = tmp_path / "out" / "metrics.jsonl", time.monotonic() + 180
+    try:
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+            assert snakemake.poll() is None and time.monotonic() < deadline, "no training step logged"
+            time.sleep(0.05)
+        [stage] = _children(snakemake.pid)
+        assert "prefpipe.train_reward" in Path(f"/proc/{stage}/cmdline").read_text()
+        snakemake.kill()
+        snakemake.wait(timeout=30)
+        killed = time.monotonic()
+        while Path(f"/proc/{stage}").exists():
+            assert time.monotonic() - killed < 60, "the stage kept running after Snakemake was killed"
+            time.sleep(0.05)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+    log = (tmp_path / "train.log").read_text()
+    assert "interrupted by SIGTERM" in log and "Traceback" not in log, log[-3000:]
+    pointer = json.loads((tmp_path / "out" / "checkpoints" / "latest.json").read_text())
+    assert 2 <= pointer["step"] < train["steps"]
+    assert len(_whole_lines(metrics)) == pointer["step"]
+    print(
+        f"stage stopped {time.monotonic() - killed:.1f} s after Snakemake's SIGKILL, checkpoint at step {pointer['step']}"
+    )
