@@ -44,7 +44,11 @@ def test_save_writes_a_complete_step_folder_and_resume_finds_the_newest(first):
     assert ckpt.find_latest(first) == first / "step-00000001"
     folder = ckpt.save_checkpoint(first, 7, "fp", _write_files({"w": torch.zeros(3), "records": [1, 2]}))
     assert folder == ckpt.step_folder(first, 7) == first / "step-00000007"
-    assert ckpt.read_meta(folder) == {"step": 7, "fingerprint": "fp"}
+    sizes = {
+        "records.json": (folder / "records.json").stat().st_size,
+        "state.pt": (folder / "state.pt").stat().st_size,
+    }
+    assert ckpt.read_meta(folder) == {"step": 7, "fingerprint": "fp", "files": sizes}
     assert json.loads((first / "latest.json").read_text()) == {"step": 7, "path": "step-00000007"}
     assert sorted(p.name for p in first.iterdir()) == ["latest.json", "step-00000007"]  # older one pruned
     assert ckpt.check_fingerprint(first, "fp") == folder
@@ -71,10 +75,12 @@ class Unpicklable:
 
 def test_a_save_that_raises_mid_write_leaves_no_temp_folder_and_the_previous_checkpoint_intact(first):
     before = _tree(first)
-    with pytest.raises(RuntimeError, match="cannot serialise"):  # torch.save fails half way through state.pt
+    # torch.save fails half way through state.pt: one error naming the step folder and the cause
+    with pytest.raises(ckpt.CheckpointWriteError, match="cannot serialise") as info:
         ckpt.save_checkpoint(
             first, 2, "fp", _write_files({"w": torch.ones(2), "bad": Unpicklable(), "records": []})
         )
+    assert str(first / "step-00000002") in str(info.value) and "step-00000001 is intact" in str(info.value)
     assert _leftovers(first) == []
     assert _tree(first) == before and ckpt.find_latest(first) == first / "step-00000001"
 

@@ -10,133 +10,25 @@ reason otherwise. It never installs anything itself.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from support.slurm_cluster import cluster_fixture, slurm, slurm_jobs  # noqa: F401 (the `cluster` fixture)
 from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "slurm" / "local_slurm.sh"
 MULTINODE = REPO / "scripts" / "slurm" / "accelerate_multinode.sh"
 PROFILE_DIR = REPO / "profiles" / "slurm"
 TINY_CONFIG = REPO / "tests" / "configs" / "slurm_tiny.yaml"
-ETC_CONF = Path("/etc/slurm/slurm.conf")
-# One local cluster per machine at a time (it links /etc/slurm/slurm.conf): concurrent test runs skip.
-LOCK = Path(tempfile.gettempdir()) / "prefpipe-slurm-test.lock"
-PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "srun")
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-
-
-# ------------------------------------------------------------------------------------------ the cluster
-def _missing_programs() -> list[str]:
-    """SLURM and munge programs not installed (daemons live in /usr/sbin, which a user PATH may lack)."""
-    return [p for p in PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
-
-
-def _skip_reason() -> str | None:
-    if not sys.platform.startswith("linux"):
-        return "a local SLURM needs Linux"
-    missing = _missing_programs()
-    if missing:
-        return (
-            f"SLURM/munge programs not installed ({', '.join(missing)}); as root on Debian run "
-            "scripts/ci_system_deps.sh (apt-get install slurmctld slurmd slurm-client munge)"
-        )
-    if os.geteuid() != 0:
-        return "needs root: slurmd starts jobs as their owner (run as root, e.g. in a container)"
-    if ETC_CONF.exists():
-        return f"{ETC_CONF} exists (a SLURM of this machine, or a local cluster still up): not touching it"
-    return None
-
-
-def _free_port_pair() -> int:
-    """A port P with P and P+1 free (slurmctld and slurmd)."""
-
-    def free(port: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                return False
-        return True
-
-    for port in range(6817, 7017, 2):
-        if free(port) and free(port + 1):
-            return port
-    raise RuntimeError("no free port pair in 6817-7017 for slurmctld/slurmd")
-
-
-def _live(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """Environment (SLURM_CONF included) of a running single-node SLURM; torn down after the module."""
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    lock = LOCK.open("w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        pytest.skip(f"another local SLURM test holds {LOCK}: one cluster per machine at a time")
-    state = Path(tempfile.mkdtemp(prefix="prefpipe-slurm-", dir="/tmp"))
-    env = {
-        **os.environ,
-        "PREFPIPE_SLURM_DIR": str(state),
-        "PREFPIPE_SLURM_PORT": str(_free_port_pair()),
-        "PREFPIPE_SLURM_INSTALL": "0",  # installing is CI's job (scripts/ci_system_deps.sh), not the test's
-        "HF_HUB_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-    }
-    env.pop("SNAKEMAKE_PROFILE", None)
-    up = subprocess.run(["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=120)
-    if up.returncode != 0:
-        shutil.rmtree(state, ignore_errors=True)
-        lock.close()
-        pytest.fail(f"SLURM bring-up failed:\n{up.stderr}")
-    env["SLURM_CONF"] = up.stdout.strip().removeprefix("export SLURM_CONF=")
-    started = {int(pid) for _, pid in (line.split() for line in (state / "pids").read_text().splitlines())}
-    try:
-        yield env
-    finally:
-        down = subprocess.run(
-            ["bash", str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=120
-        )
-        still = sorted(pid for pid in started if _live(pid))
-        shutil.rmtree(state, ignore_errors=True)
-        lock.close()
-        assert down.returncode == 0, down.stderr
-        assert not still, f"daemons still running after down: {still}"
-        assert not ETC_CONF.is_symlink(), "down left the /etc/slurm/slurm.conf link behind"
-
-
-def _slurm(env: dict, *args: str) -> str:
-    return subprocess.run(list(args), env=env, capture_output=True, text=True, check=True, timeout=30).stdout
-
-
-def _slurm_jobs(env: dict) -> dict[str, dict[str, str]]:
-    """Every job slurmctld still holds (MinJobAge=600 keeps finished ones): {job id: {field: value}}."""
-    jobs = {}
-    for line in _slurm(env, "scontrol", "show", "job", "-o").splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        if "JobId" in fields:
-            jobs[fields["JobId"]] = fields
-    return jobs
 
 
 def _wait_for(what: str, check: Callable[[], object], proc: subprocess.Popen, log: Path, timeout: float):
@@ -165,6 +57,7 @@ def _test_profile(dest: Path) -> Path:
             "seconds-between-status-checks": 2,
             "slurm-keep-successful-logs": True,  # the tests read the job logs
             "latency-wait": 5,
+            "slurm-no-account": True,  # the local cluster has no accounts (without it the run stops and asks)
         }
     )
     (dest / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
@@ -274,7 +167,7 @@ def test_memory_retry_and_preemption_through_the_profile(cluster, tmp_path):
         return next(
             (
                 j
-                for j in _slurm_jobs(env).values()
+                for j in slurm_jobs(env).values()
                 if j["Comment"] == "rule_preemptible" and j["JobState"] == "RUNNING"
             ),
             None,
@@ -286,21 +179,21 @@ def test_memory_retry_and_preemption_through_the_profile(cluster, tmp_path):
     _wait_for(
         "the rule to start", lambda: starts.exists() and starts.read_text() == f"{victim} 0\n", proc, log, 60
     )
-    cpus = _slurm(env, "sinfo", "-h", "-N", "-o", "%c").split()[0]
+    cpus = slurm(env, "sinfo", "-h", "-N", "-o", "%c").split()[0]
     # A job in the high-priority partition that needs every CPU of the node preempts the running one.
     urgent = ["-p", "urgent", f"--cpus-per-task={cpus}", "--mem=100", "-t", "1", "-o", "/dev/null"]
-    _slurm(env, "sbatch", "--parsable", *urgent, "--wrap", "sleep 1")
+    slurm(env, "sbatch", "--parsable", *urgent, "--wrap", "sleep 1")
 
     def requeued_and_held():
-        job = _slurm_jobs(env)[victim]
+        job = slurm_jobs(env)[victim]
         return (job["Restarts"], job["JobState"], job["Reason"]) == ("1", "PENDING", "BeginTime")
 
     _wait_for("the victim to be requeued", requeued_and_held, proc, log, 60)
     # SLURM holds a requeued job back for two minutes; release it now (only that wait is skipped).
-    _slurm(env, "scontrol", "update", f"JobId={victim}", "StartTime=now")
+    slurm(env, "scontrol", "update", f"JobId={victim}", "StartTime=now")
     text = _finish(proc, log, timeout=150)
 
-    jobs = _slurm_jobs(env)
+    jobs = slurm_jobs(env)
     run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)
     submitted = _submissions(text)
     assert all(jobs[job]["JobName"] == run_id for _, job in submitted), submitted
@@ -335,7 +228,7 @@ def test_reduced_workflow_runs_every_job_on_slurm(cluster, tmp_path):
     # Every rule of the run went to SLURM (a local rule would be missing from the submissions).
     assert set(stats) == {rule for rule, _ in submitted}, (stats, submitted)
 
-    jobs = _slurm_jobs(env)
+    jobs = slurm_jobs(env)
     run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)
     _print_jobs("reduced workflow (prep_data, build_base):", submitted, jobs)
     wanted = yaml.safe_load(TINY_CONFIG.read_text())["resources"]
@@ -364,11 +257,11 @@ def test_multinode_launcher_reads_the_allocation(cluster, tmp_path):
         f"cd {shlex.quote(str(REPO))} && srun --ntasks-per-node=1 bash {shlex.quote(str(MULTINODE))} "
         f"--config_file config/accelerate/multi_gpu.yaml -m prefpipe.train_reward --out x > {shlex.quote(str(out))}"
     )
-    _slurm(env, "sbatch", "--wait", "-p", "gpu", "--nodes=1", "--gpus-per-node=1", "--mem=100", "-t", "1",
+    slurm(env, "sbatch", "--wait", "-p", "gpu", "--nodes=1", "--gpus-per-node=1", "--mem=100", "-t", "1",
            "-o", str(tmp_path / "job.log"), "--wrap", step)  # fmt: skip
     words = shlex.split(out.read_text())
     flags = dict(zip(words[2:12:2], words[3:12:2], strict=True))
-    node = _slurm(env, "sinfo", "-h", "-N", "-o", "%N").split()[0]
+    node = slurm(env, "sinfo", "-h", "-N", "-o", "%N").split()[0]
     assert words[:2] == ["accelerate", "launch"]
     assert flags == {
         "--num_machines": "1",

@@ -9,101 +9,23 @@ nothing touched).
 from __future__ import annotations
 
 import json
-import math
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import pytest
-from safetensors.torch import load_file
+from support.interrupts import (
+    jsonl_rows,
+    max_deviation,
+    run_stage_process,
+    signal_mid_run,
+    stage_command,
+    summary,
+    weights_deviation,
+)
 from support.models import save_tiny_base, save_tiny_policy
 from support.rows import rl_rows, write_reward_data
 from support.settings import grpo_settings, reward_settings, stage_json
-from support.stages import stage_env
 
 from prefpipe.common.io import write_jsonl
 from prefpipe.settings.merge import deep_merge
-
-TOL = 1e-6  # absolute and relative tolerance for every compared number (observed: exact equality)
-# Wall-clock fields differ between any two runs; everything else must match.
-TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_per_second", "wall_time_s",
-          "seconds_per_step", "resumed_from_step"}  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------ helpers
-def _command(module: str, config: str, out: Path, **paths: Path) -> list[str]:
-    args = [sys.executable, "-m", module, "--config", config, "--out", str(out)]
-    for flag, path in paths.items():
-        args += [f"--{flag.replace('_', '-')}", str(path)]
-    return args
-
-
-def _run(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=stage_env(), capture_output=True, text=True, timeout=timeout)
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _sigterm_mid_run(cmd: list[str], metrics: Path, after_rows: int = 2, timeout: float = 300) -> int:
-    """Start the stage, send SIGTERM as soon as `after_rows` steps are logged, return its exit code."""
-    proc = subprocess.Popen(cmd, env=stage_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"stage ended ({proc.returncode}) before it could be interrupted:\n{proc.stdout.read()}"
-                )
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= after_rows:
-                proc.send_signal(signal.SIGTERM)
-                break
-            if time.monotonic() > deadline:
-                pytest.fail("no training step logged in time")
-            time.sleep(0.01)
-        output, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, output[-3000:]
-    return proc.returncode
-
-
-def _max_deviation(a, b, path: str = "") -> float:
-    """Largest absolute difference between two JSON-like values; fails on any structural or non-numeric
-    difference and on numeric differences beyond TOL. Keys in TIMING are skipped at every depth."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys_a, keys_b = set(a) - TIMING, set(b) - TIMING
-        assert keys_a == keys_b, f"{path}: keys differ {sorted(keys_a ^ keys_b)}"
-        return max([_max_deviation(a[k], b[k], f"{path}.{k}") for k in keys_a], default=0.0)
-    if isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), f"{path}: {len(a)} != {len(b)} items"
-        return max(
-            [_max_deviation(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True))],
-            default=0.0,
-        )
-    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float):
-        assert a == b, f"{path}: {a!r} != {b!r}"
-        return 0.0
-    if math.isnan(a) and math.isnan(b):
-        return 0.0
-    assert b == pytest.approx(a, rel=TOL, abs=TOL), f"{path}: {a} != {b}"
-    return abs(a - b)
-
-
-def _weights_deviation(a: Path, b: Path) -> float:
-    ta, tb = load_file(str(a)), load_file(str(b))
-    assert set(ta) == set(tb)
-    worst = max(float((ta[k].double() - tb[k].double()).abs().max()) for k in ta)
-    assert worst <= TOL, worst
-    return worst
-
-
-def _summary(out: Path) -> dict:
-    return json.loads((out / "summary.json").read_text())
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -113,7 +35,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 def _refuses_other_config(cmd: list[str], out: Path, checkpoint: Path) -> None:
     """A rerun with another config stops before touching anything and names the checkpoint folder."""
     before, metrics = _snapshot(checkpoint), (out / "metrics.jsonl").read_text()
-    result = _run(cmd)
+    result = run_stage_process(cmd)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "different config" in result.stderr and str(checkpoint) in result.stderr, result.stderr[-3000:]
     assert _snapshot(checkpoint) == before
@@ -144,38 +66,38 @@ def test_reward_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
 
     def cmd(out: Path, config: str = _reward_config()) -> list[str]:
-        return _command("prefpipe.train_reward", config, out, data=data, base=base)
+        return stage_command("prefpipe.train_reward", config, out, data=data, base=base)
 
-    done = _run(cmd(full))
+    done = run_stage_process(cmd(full))
     assert done.returncode == 0, done.stderr[-3000:]
 
-    _sigterm_mid_run(cmd(cut), cut / "metrics.jsonl")
+    signal_mid_run(cmd(cut), cut / "metrics.jsonl")
     pointer = json.loads((cut / "checkpoints" / "latest.json").read_text())
     stopped_at = pointer["step"]
     assert 2 <= stopped_at < REWARD_STEPS, pointer
     checkpoint = cut / "checkpoints" / pointer["path"]
-    assert len(_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "model").exists()
+    assert len(jsonl_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "model").exists()
 
     _refuses_other_config(cmd(cut, _reward_config(train={"learning_rate": 2e-3})), cut, checkpoint)
 
     # Bookkeeping (evaluation batch size) is not part of the fingerprint: the run still resumes.
-    resumed = _run(cmd(cut, _reward_config(eval={"batch_size": 5})))
+    resumed = run_stage_process(cmd(cut, _reward_config(eval={"batch_size": 5})))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    summary = _summary(cut)
-    assert summary["resumed_from_step"] == stopped_at
+    resumed_summary = summary(cut)
+    assert resumed_summary["resumed_from_step"] == stopped_at
     assert not (cut / "checkpoints").exists()  # removed once the model is saved (keep_checkpoints false)
 
-    rows_full, rows_cut = _rows(full / "metrics.jsonl"), _rows(cut / "metrics.jsonl")
+    rows_full, rows_cut = jsonl_rows(full / "metrics.jsonl"), jsonl_rows(cut / "metrics.jsonl")
     assert [r["step"] for r in rows_cut] == list(range(1, REWARD_STEPS + 1))
     deviations = {
-        "metrics": _max_deviation(rows_full, rows_cut),
-        "summary": _max_deviation(_summary(full), summary),
-        "head": _weights_deviation(full / "model" / "head.safetensors", cut / "model" / "head.safetensors"),
+        "metrics": max_deviation(rows_full, rows_cut),
+        "summary": max_deviation(summary(full), resumed_summary),
+        "head": weights_deviation(full / "model" / "head.safetensors", cut / "model" / "head.safetensors"),
     }
     backbone = sorted((full / "model").rglob("model.safetensors"))
     assert backbone, "no backbone weights saved"
     for path in backbone:
-        deviations["backbone"] = _weights_deviation(path, cut / path.relative_to(full))
+        deviations["backbone"] = weights_deviation(path, cut / path.relative_to(full))
     print(f"reward stage: SIGTERM after step {stopped_at}; max |full - resumed| {deviations}")
 
 
@@ -214,31 +136,32 @@ def test_grpo_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
 
     def cmd(out: Path, config: str = _grpo_config()) -> list[str]:
-        return _command("prefpipe.train_grpo", config, out, data=data, policy=policy)
+        return stage_command("prefpipe.train_grpo", config, out, data=data, policy=policy)
 
-    done = _run(cmd(full))
+    done = run_stage_process(cmd(full))
     assert done.returncode == 0, done.stderr[-3000:]
 
-    _sigterm_mid_run(cmd(cut), cut / "metrics.jsonl")
+    signal_mid_run(cmd(cut), cut / "metrics.jsonl")
     checkpoint = cut / "checkpoint"
     stopped_at = json.loads((checkpoint / "latest.json").read_text())["step"]
     assert 2 <= stopped_at < GRPO["steps"]
-    assert len(_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "policy").exists()
+    assert len(jsonl_rows(cut / "metrics.jsonl")) == stopped_at and not (cut / "policy").exists()
 
     _refuses_other_config(cmd(cut, _grpo_config(beta=0.1)), cut, checkpoint)
 
-    resumed = _run(cmd(cut, _grpo_config(keep_checkpoint=True)))  # bookkeeping key: still resumes
+    # bookkeeping key: still resumes
+    resumed = run_stage_process(cmd(cut, _grpo_config(keep_checkpoint=True)))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    summary = _summary(cut)
-    assert summary["resumed_from_step"] == stopped_at
+    resumed_summary = summary(cut)
+    assert resumed_summary["resumed_from_step"] == stopped_at
 
-    rows_full, rows_cut = _rows(full / "metrics.jsonl"), _rows(cut / "metrics.jsonl")
+    rows_full, rows_cut = jsonl_rows(full / "metrics.jsonl"), jsonl_rows(cut / "metrics.jsonl")
     assert [r["step"] for r in rows_cut] == list(range(GRPO["steps"]))
     deviations = {
-        "metrics": _max_deviation(rows_full, rows_cut),
-        "summary": _max_deviation(_summary(full), summary),
-        "samples": _max_deviation(_rows(full / "samples.jsonl"), _rows(cut / "samples.jsonl")),
-        "policy": _weights_deviation(
+        "metrics": max_deviation(rows_full, rows_cut),
+        "summary": max_deviation(summary(full), resumed_summary),
+        "samples": max_deviation(jsonl_rows(full / "samples.jsonl"), jsonl_rows(cut / "samples.jsonl")),
+        "policy": weights_deviation(
             full / "policy" / "model.safetensors", cut / "policy" / "model.safetensors"
         ),
     }

@@ -33,5 +33,5 @@ rule build_base:
         pretrained=lambda wildcards, input: pretrained_flag(input),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} {params.launch} prefpipe.build_base"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.build_base"
         " --config {params.cfg:q} --data {params.data:q} {params.pretrained} --out {params.out:q} > {log:q} 2>&1"

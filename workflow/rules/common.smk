@@ -5,11 +5,13 @@ import shlex
 import sys
 
 # Rules run `python -m prefpipe.<stage>` with PYTHONPATH={SRC}: a job always imports the code next to this
-# Snakefile (also under --use-conda or on a cluster node where the package is not installed).
+# Snakefile (also under --use-conda or on a cluster node where the package is not installed). They `exec` it, so
+# the stage's parent is Snakemake itself and the stage gets SIGTERM when Snakemake dies, even by SIGKILL
+# (prefpipe.common.interrupts.die_with_parent): it checkpoints and stops instead of running on unseen.
 SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, SRC)
 
-from prefpipe.common import model_ref
+from prefpipe.common import model_ref, slurm_guard
 from prefpipe.settings.pipeline import PipelineSettings
 
 # The one settings layer: the merged config validated against workflow/schemas/config.schema.yaml and typed,
@@ -209,7 +211,12 @@ def launcher(gpus):
             if accelerate_cfg
             else " --multi_gpu"
         )
-        return f"accelerate launch{cfg_flag} --num_processes {int(gpus)} -m"
+        # The launcher is not ours: start it through prefpipe.common.interrupts, which makes it die with
+        # Snakemake (PR_SET_PDEATHSIG), and accelerate then stops its stage processes.
+        return (
+            f"python -m prefpipe.common.interrupts accelerate launch{cfg_flag}"
+            f" --num_processes {int(gpus)} -m"
+        )
     return "python -m"
 
 
@@ -255,3 +262,8 @@ def report_manifest(input):
             k: os.path.relpath(p, results) for k, p in zip(keys, paths, strict=True)
         }
     return json.dumps(files)
+
+
+onstart:
+    # SLURM runs: a missing account stops before the first submission; a lost controller ends the run.
+    slurm_guard.start(workflow)

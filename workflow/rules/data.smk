@@ -25,5 +25,5 @@ rule prep_data:
         provenance=lambda wildcards: stage_config(SETTINGS.data, None),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.prep_data"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.prep_data"
         " --config {params.cfg:q} --out {params.out:q} > {log:q} 2>&1"

@@ -25,11 +25,14 @@ rule eval_rewardbench:
         gpu=res("eval_rewardbench", "gpu"),
     params:
         src=SRC,
+        launch=lambda wildcards, resources: single_process(
+            "eval_rewardbench", resources.gpu
+        ),
         cfg=lambda wildcards, threads: stage_config(SETTINGS.eval, threads),
         provenance=lambda wildcards: stage_config(SETTINGS.eval, None),
         data=lambda wildcards, input: os.path.dirname(input.pairs_test),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.eval_rewardbench"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.eval_rewardbench"
         " --config {params.cfg:q} --model {input.model:q} --data {params.data:q} --out {params.out:q}"
         " > {log:q} 2>&1"

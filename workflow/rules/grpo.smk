@@ -46,7 +46,7 @@ rule train_grpo:
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} {params.launch} prefpipe.train_grpo"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.train_grpo"
         " --config {params.cfg:q} --data {params.data:q} --policy {input.policy:q} {params.reward_flag}"
         " --out {params.out:q} > {log:q} 2>&1"
 
@@ -80,6 +80,7 @@ rule eval_policy:
         gpu=res("eval_policy", "gpu"),
     params:
         src=SRC,
+        launch=lambda wildcards, resources: single_process("eval_policy", resources.gpu),
         cfg=lambda wildcards, threads: stage_config(
             SETTINGS.grpo[wildcards.run], threads
         ),
@@ -88,7 +89,7 @@ rule eval_policy:
         out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.eval_policy"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.eval_policy"
         " --config {params.cfg:q} --data {params.data:q} --base {input.base:q} --policy {input.policy:q}"
         " {params.reward_flag} --out {params.out:q} > {log:q} 2>&1"
 

@@ -30,5 +30,5 @@ rule import_model:
         ),
         out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.import_model"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.import_model"
         " --config {params.cfg:q} --gguf {input.gguf:q} --out {params.out:q} > {log:q} 2>&1"

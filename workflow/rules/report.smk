@@ -51,6 +51,6 @@ rule report:
         inputs=lambda wildcards, input: report_manifest(input),
         out=lambda wildcards, output: os.path.dirname(output.html),
     shell:
-        "PYTHONPATH={params.src:q} python -m prefpipe.report"
+        "PYTHONPATH={params.src:q} exec python -m prefpipe.report"
         " --config {params.cfg:q} --results {params.results:q} --inputs {params.inputs:q}"
         " --out {params.out:q} > {log:q} 2>&1"

@@ -30,6 +30,8 @@ rule train_reward_model:
         runtime=lambda wildcards, attempt: res("train_reward_model", "runtime")
         * attempt,
         gpu=res("train_reward_model", "gpu"),
+        # accelerate launch runs every process on this node: one node, whatever the GPU count (--nodes=1).
+        nodes=1,
     params:
         src=SRC,
         cfg=lambda wildcards, threads: stage_config(
@@ -45,6 +47,6 @@ rule train_reward_model:
             *reward_backbone_ref(wildcards.variant), input
         ),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} {params.launch} prefpipe.train_reward"
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.train_reward"
         " --config {params.cfg:q} --data {params.data:q} --base {params.backbone:q} --out {params.out:q}"
         " > {log:q} 2>&1"

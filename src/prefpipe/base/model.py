@@ -11,6 +11,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from prefpipe.base.tokenizer import PAD
 from prefpipe.common.config import ConfigError
+from prefpipe.common.model_errors import model_load
 from prefpipe.settings.base import TinyLlamaSettings
 
 log = logging.getLogger(__name__)
@@ -77,13 +78,12 @@ def load_pretrained(name_or_path: str, trust_remote_code: bool) -> tuple[Any, An
     score chosen and rejected identically, so the base stage never hands such a tokenizer downstream. Never
     adds a randomly initialised head silently (check_causal_lm).
     """
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    try:
+    with model_load(name_or_path, "base.pretrained"):
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    with model_load(name_or_path, "base.pretrained"):  # also: no causal-LM class for this architecture
         model, loading_info = AutoModelForCausalLM.from_pretrained(
             name_or_path, trust_remote_code=trust_remote_code, dtype=torch.float32, output_loading_info=True
         )
-    except ValueError as err:  # no causal-LM class for this architecture
-        raise ConfigError(f"base.pretrained={name_or_path!r}: not loadable as a causal LM ({err})") from err
     check_causal_lm(name_or_path, model, loading_info)
     if tokenizer.eos_token_id is None:
         raise ConfigError(f"base.pretrained={name_or_path!r}: the tokenizer has no EOS token")

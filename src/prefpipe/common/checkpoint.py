@@ -4,9 +4,14 @@
     <root>/latest.json      {"step", "path"} of the newest one (informational; resume scans the step folders)
 
 A checkpoint is written into a temporary sibling folder `<root>/.step-NNNNNNNN.tmp` and renamed into place only
-when complete, so a step folder is always whole. Any failure during the write (an exception, Ctrl-C, or SIGTERM
-while no trainer handler is installed) removes the temporary folder and leaves the previous checkpoint as it
-was. Older step folders are pruned after a successful write.
+when complete, so a step folder is always whole. Any failure during the write (an exception, a full disk, Ctrl-C,
+or SIGTERM while no trainer handler is installed) removes the temporary folder and leaves the previous checkpoint
+as it was; an error of the write itself becomes CheckpointWriteError (one line: the step folder, the cause, the
+free space). Older step folders are pruned after a successful write.
+
+checkpoint.json also lists every file's size. Resuming checks them first (a truncated file is named before
+anything is loaded), and any failure while loading one (`loading()`) becomes CheckpointCorrupt naming the file
+that does not read back and how to start afresh, instead of a library traceback.
 
 What goes into a checkpoint is the trainer's business (`write(tmp_folder)`: accelerate's save_state for the
 reward model, trainable tensors + optimizer + records for GRPO); the folder, atomicity, fingerprint guard and
@@ -25,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import threading
@@ -32,7 +38,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.config import ConfigError
+from prefpipe.common.config import ConfigError, UserError
+from prefpipe.common.interrupts import StageInterrupted
 from prefpipe.common.io import atomic_write_json, read_json
 
 META = "checkpoint.json"
@@ -44,6 +51,18 @@ PREFIX = "step-"
 
 class CheckpointMismatch(ConfigError):
     """A checkpoint folder holds a run with another config or other inputs; resuming it would mix two runs."""
+
+
+class CheckpointCorrupt(UserError):
+    """A checkpoint file is truncated or garbled; the message names it and how to start afresh."""
+
+
+class CheckpointWriteError(UserError):
+    """Writing a checkpoint failed (full disk, file-size limit, permissions); nothing of it was kept."""
+
+
+def fresh_hint(root: str | Path, hint: str = "") -> str:
+    return f"delete {Path(root)} to start afresh{hint}"
 
 
 def _without(mapping: dict[str, Any], dotted: str) -> dict[str, Any]:
@@ -82,21 +101,95 @@ def step_folder(root: str | Path, step: int) -> Path:
     return Path(root) / f"{PREFIX}{step:08d}"
 
 
-def read_meta(folder: str | Path) -> dict[str, Any] | None:
-    """{"step", "fingerprint", ...} of a complete checkpoint folder; None when the folder is not one."""
+def read_meta(folder: str | Path, hint: str = "") -> dict[str, Any] | None:
+    """{"step", "fingerprint", ...} of a complete checkpoint folder; None when the folder is not one;
+    CheckpointCorrupt when its metadata file does not parse."""
     for name in (META, LEGACY_META):
         path = Path(folder) / name
         if path.is_file():
-            return read_json(path)
+            try:
+                meta = read_json(path)
+                int(meta["step"])
+            except (ValueError, KeyError, TypeError) as err:
+                raise CheckpointCorrupt(
+                    f"checkpoint file {path} is corrupt ({type(err).__name__}: {err}); "
+                    f"{fresh_hint(Path(folder).parent, hint)}"
+                ) from err
+            return meta
     return None
 
 
-def find_latest(root: str | Path) -> Path | None:
+def file_sizes(folder: Path) -> dict[str, int]:
+    """{relative path: size} of every file under folder (the manifest stored in checkpoint.json)."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _unreadable_file(folder: Path) -> tuple[Path, str] | None:
+    """The first file under folder that does not read back as its kind (JSON, safetensors, torch), with
+    the reason; None when each reads. Only run after a load failed, to name the culprit."""
+    import torch
+    from safetensors import safe_open
+
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        try:
+            if path.suffix == ".json":
+                read_json(path)
+            elif path.suffix == ".safetensors":
+                with safe_open(str(path), framework="pt") as handle:
+                    for key in handle.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                        handle.get_tensor(key)
+            elif path.suffix in (".pt", ".bin", ".pth"):
+                torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:  # torch's own text would suggest an unsafe load
+            return path, "not a readable torch file (unpickling failed)"
+        except Exception as err:  # any failure to read back is the answer we are looking for
+            return path, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+    return None
+
+
+def verify(folder: str | Path, hint: str = "") -> None:
+    """Every file listed in checkpoint.json is there with its recorded size (CheckpointCorrupt if not)."""
+    folder = Path(folder)
+    listed = (read_meta(folder, hint) or {}).get("files") or {}
+    for name, size in listed.items():
+        path = folder / name
+        actual = path.stat().st_size if path.is_file() else None
+        if actual != size:
+            state = "is missing" if actual is None else f"has {actual} bytes, {size} were written"
+            raise CheckpointCorrupt(
+                f"checkpoint file {path} {state} (truncated or changed since it was written); "
+                f"{fresh_hint(folder.parent, hint)}"
+            )
+
+
+@contextlib.contextmanager
+def loading(folder: str | Path, hint: str = "") -> Iterator[None]:
+    """Around a trainer's load of checkpoint `folder`: sizes checked first, and any failure while loading
+    becomes CheckpointCorrupt naming the file that does not read back (or the folder) and how to start afresh."""
+    folder = Path(folder)
+    verify(folder, hint)
+    try:
+        yield
+    except (UserError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as err:
+        culprit = _unreadable_file(folder)
+        where, why = (
+            culprit if culprit else (folder, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}")
+        )
+        raise CheckpointCorrupt(
+            f"checkpoint {where} could not be loaded ({why}); {fresh_hint(folder.parent, hint)}"
+        ) from err
+
+
+def find_latest(root: str | Path, hint: str = "") -> Path | None:
     """The newest complete checkpoint under root (None: nothing to resume). Temporary folders never count."""
     root = Path(root)
     if not root.is_dir():
         return None
-    complete = [(meta["step"], p) for p in root.glob(f"{PREFIX}*") if p.is_dir() and (meta := read_meta(p))]
+    complete = [
+        (meta["step"], p) for p in root.glob(f"{PREFIX}*") if p.is_dir() and (meta := read_meta(p, hint))
+    ]
     if complete:
         return max(complete)[1]
     # GRPO checkpoints written before step folders lay flat in root: report it (its fingerprint, of the older
@@ -106,16 +199,18 @@ def find_latest(root: str | Path) -> Path | None:
 
 def check_fingerprint(root: str | Path, run_fingerprint: str, hint: str = "") -> Path | None:
     """The newest complete checkpoint under root if this run wrote it, None if there is none; CheckpointMismatch
-    (naming the folder) if it belongs to a run with another config or other inputs."""
-    latest = find_latest(root)
+    (naming the folder) if it belongs to a run with another config or other inputs; CheckpointCorrupt if one
+    of its files is missing or has another size than was written."""
+    latest = find_latest(root, hint)
     if latest is None:
         return None
-    stored = read_meta(latest).get("fingerprint")
+    stored = read_meta(latest, hint).get("fingerprint")
     if stored != run_fingerprint:
         raise CheckpointMismatch(
             f"checkpoint {latest} was written with a different config or inputs (config hash {stored} != "
             f"{run_fingerprint} of this run); not resuming it. Delete {Path(root)} to start afresh{hint}"
         )
+    verify(latest, hint)  # a truncated file stops the stage here, before it touches any output
     return latest
 
 
@@ -166,12 +261,15 @@ def save_checkpoint(
             write(tmp)
             barrier()
             if is_main:
-                atomic_write_json(tmp / META, {"step": step, "fingerprint": run_fingerprint})
+                meta = {"step": step, "fingerprint": run_fingerprint, "files": file_sizes(tmp)}
+                atomic_write_json(tmp / META, meta)
                 shutil.rmtree(final, ignore_errors=True)
                 os.replace(tmp, final)
-        except BaseException:
+        except BaseException as err:
             if is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(err, Exception) and not isinstance(err, UserError | StageInterrupted):
+                raise CheckpointWriteError(_write_failure(root, final, err)) from err
             raise
     if is_main:
         atomic_write_json(root / LATEST, {"step": step, "path": final.name})
@@ -180,6 +278,24 @@ def save_checkpoint(
                 shutil.rmtree(old, ignore_errors=True)
     barrier()
     return final
+
+
+def _write_failure(root: Path, final: Path, err: Exception) -> str:
+    """One line: which checkpoint, why, the free space, and that the previous one is intact."""
+    try:
+        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free on its file system"
+    except OSError:
+        free = "free space unknown"
+    try:
+        previous = find_latest(root)
+    except (OSError, UserError):
+        previous = None
+    kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+    cause = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+    return (
+        f"could not write checkpoint {final} ({cause}; {free}); its temporary folder was removed and {kept}. "
+        "A full disk or a file-size limit is the usual cause: make room and rerun to resume"
+    )
 
 
 def remove_checkpoints(root: str | Path) -> None:

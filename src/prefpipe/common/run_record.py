@@ -62,6 +62,24 @@ def device_facts() -> dict[str, Any]:
     return facts
 
 
+def append_line(path: Path, line: str) -> None:
+    """Append `line` (ending in a newline) with O_APPEND; on any failure the file is truncated back to its
+    size before the call, so it only ever holds whole lines."""
+    data = line.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
 class RunRecord:
     """Writes config.json and versions.json at start, metrics.jsonl as the stage runs, summary at the end."""
 
@@ -87,33 +105,38 @@ class RunRecord:
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
     def _init_wandb(self, wandb_cfg: dict[str, Any]):
-        """wandb as the run's settings say (settings.run.WandbSettings); the run is named after the
-        experiment, the stage and the variant or run, so runs of one experiment can be told apart."""
+        """wandb as the run's settings say (settings.run.WandbSettings), named `wandb_name()`. A second
+        record in one process finishes the previous run first (reinit="finish_previous", what the deprecated
+        reinit=True meant)."""
         if not wandb_cfg["enabled"]:
             return None
         import wandb
 
         mode = wandb_cfg["mode"]
-        parts = [
-            self.config.get("experiment"),
-            self.stage,
-            self.config.get("variant") or self.config.get("run"),
-        ]
         run = wandb.init(
             project=wandb_cfg["project"],
-            name="/".join(str(p) for p in parts if p),
+            name=self.wandb_name(),
             dir=str(self.out_dir),
             mode=mode,
             config=redact(self.config),
-            reinit=True,
+            reinit="finish_previous",
         )
         log.info("wandb run %s in %s mode", run.id if run else None, mode)
         return run
 
+    def wandb_name(self) -> str:
+        """experiment/stage/member: the member is the reward variant or GRPO run of the config, else the
+        output folder's name (the variant for eval_rewardbench, the run for eval_policy), so runs of one
+        experiment can be told apart."""
+        member = self.config.get("variant") or self.config.get("run") or self.out_dir.name
+        parts = [self.config.get("experiment"), self.stage, member]
+        return "/".join(str(p) for p in parts if p)
+
     def log(self, step: int | None = None, **metrics: Any) -> None:
+        """Append one row to metrics.jsonl as ONE write of a whole line: a signal or a kill never leaves half a
+        line, and a failed write (full disk) is cut back to the last whole line before the error propagates."""
         row = redact({"step": step, "time": round(time.time() - self.start, 4), **to_jsonable(metrics)})
-        with open(self.metrics_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_line(self.metrics_path, json.dumps(row) + "\n")
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
 

@@ -9,7 +9,10 @@
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
 - Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
-  naming it; 143 stopped by SIGTERM after a checkpoint (rerun to resume); 1 a bug (traceback).
+  naming it; 143 / 130 stopped by SIGTERM / SIGINT (Ctrl-C), after a checkpoint when training was under way
+  (rerun to resume); 1 a bug (traceback).
+- Signals (prefpipe.common.interrupts): SIGTERM and SIGINT never kill a stage mid-write; run from the command
+  line, a stage also gets SIGTERM when the process that started it (Snakemake) dies.
 """
 
 from __future__ import annotations
@@ -17,23 +20,27 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prefpipe.common.config import UserError, load_config_arg
+from prefpipe.common.interrupts import (
+    STOP_SIGNALS,
+    StageInterrupted,
+    die_with_parent,
+    raise_on_stop_signals,
+)
 from prefpipe.common.logs import setup_logging
 
 T = TypeVar("T")
 EXIT_USER_ERROR = 2
 MODEL_MARKERS = ("config.json", "adapter_config.json", "head_config.json")
 
-
-class StageInterrupted(RuntimeError):
-    """Raised by a trainer after it checkpointed on SIGTERM; the stage exits with `exit_code` (143)."""
-
-    exit_code = 143
+__all__ = ["StageInterrupted", "PathArg", "run_stage", "check_path", "parse_stage_args"]
 
 
 @dataclass(frozen=True)
@@ -84,10 +91,31 @@ def run_stage(
     argv: list[str] | None = None,
 ) -> int:
     """Parse, check, run `body(settings, args)`; map the outcome to an exit code (module docstring)."""
-    from prefpipe.settings.pipeline import load_stage  # the settings layer imports common, not vice versa
-
     setup_logging()
     log = logging.getLogger(f"prefpipe.{stage}")
+    if argv is None:  # a real stage process (not a call from a test): stop when Snakemake dies
+        die_with_parent()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS} if main_thread else {}
+    try:
+        raise_on_stop_signals()
+        return _run(stage, settings_cls, body, paths, argv, log)
+    finally:  # in-process callers (tests) get their handlers back
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _run(
+    stage: str,
+    settings_cls: type[T],
+    body: Callable[[T, argparse.Namespace], Any],
+    paths: dict[str, PathArg],
+    argv: list[str] | None,
+    log: logging.Logger,
+) -> int:
+    from prefpipe.settings.pipeline import load_stage  # the settings layer imports common, not vice versa
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     args = parse_stage_args(stage, paths, argv)

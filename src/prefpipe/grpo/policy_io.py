@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
+from prefpipe.common.model_errors import model_load
 from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,18 +42,9 @@ def load_policy(
     """(model, tokenizer, lora_state): lora_state is none (full fine-tuning), fresh or trained (adapter folder)."""
     torch_dtype = DTYPES[dtype]
     target = pick_device(device)
-    if is_adapter_folder(path):
-        from peft import PeftModel
-
-        base_path = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
-        model = PeftModel.from_pretrained(base, str(path), is_trainable=True)
-        has_tokenizer = (Path(path) / "tokenizer_config.json").exists()
-        tokenizer = load_tokenizer(path if has_tokenizer else base_path)
-        return model.to(target), tokenizer, "trained"
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
-    tokenizer = load_tokenizer(path)
-    if lora is not None and lora.enabled:
+    with model_load(path, "policy"):
+        model, tokenizer, state = _load(path, torch_dtype)
+    if state == "none" and lora is not None and lora.enabled:
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(
@@ -63,7 +55,22 @@ def load_policy(
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, config).to(target), tokenizer, "fresh"
-    return model.to(target), tokenizer, "none"
+    return model.to(target), tokenizer, state
+
+
+def _load(path: str | os.PathLike, torch_dtype: torch.dtype):
+    """(model, tokenizer, "trained" for an adapter folder else "none"), on the CPU."""
+    if is_adapter_folder(path):
+        from peft import PeftModel
+
+        base_path = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
+        model = PeftModel.from_pretrained(base, str(path), is_trainable=True)
+        has_tokenizer = (Path(path) / "tokenizer_config.json").exists()
+        tokenizer = load_tokenizer(path if has_tokenizer else base_path)
+        return model, tokenizer, "trained"
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    return model, load_tokenizer(path), "none"
 
 
 def load_for_inference(path: str | os.PathLike, device: str):

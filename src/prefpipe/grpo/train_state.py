@@ -64,13 +64,14 @@ def load_train_state(
     folder = ckpt.check_fingerprint(root, run_fingerprint)
     if folder is None:
         return None
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
-    params = dict(model.named_parameters())
-    missing = sorted(set(state["model"]) - set(params))
-    if missing:
-        raise ValueError(f"{folder}/{STATE_FILE}: parameters not in the model: {missing[:5]}")
-    with torch.no_grad():
-        for name, value in state["model"].items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["step"]), read_json(folder / RECORDS_FILE)
+    with ckpt.loading(folder):
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+        params = dict(model.named_parameters())
+        missing = sorted(set(state["model"]) - set(params))
+        if missing:
+            raise ValueError(f"{folder}/{STATE_FILE}: parameters not in the model: {missing[:5]}")
+        with torch.no_grad():
+            for name, value in state["model"].items():
+                params[name].copy_(value)
+        optimizer.load_state_dict(state["optimizer"])
+        return int(state["step"]), read_json(folder / RECORDS_FILE)

@@ -10,7 +10,6 @@ same prompts and samples as an uninterrupted one.
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ from typing import Any
 
 import torch
 
+from prefpipe.common.interrupts import StageInterrupted, StopRequest
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.stage import StageInterrupted
 from prefpipe.grpo import diagnostics, inspect_record
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
@@ -58,7 +57,7 @@ TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_se
 
 
 class Preempted(StageInterrupted):
-    """SIGTERM arrived; a checkpoint was written and the run can be resumed by running it again."""
+    """SIGTERM or SIGINT arrived; a checkpoint was written and the run can be resumed by running it again."""
 
 
 @dataclass
@@ -116,7 +115,7 @@ class GRPOTrainer:
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
         self.policy_source: str | None = None  # the folder the policy started from (train.py sets it)
-        self._stop = False
+        self.stop = StopRequest()
 
     # ------------------------------------------------------------------------------------------ rollout
     def _lr(self, step: int) -> float:
@@ -342,16 +341,12 @@ class GRPOTrainer:
         log.info("resumed from %s at step %d", self.checkpoint_dir, step)
         return step
 
-    def _on_sigterm(self, signum, frame) -> None:
-        log.warning("SIGTERM: finishing the current step, then writing a checkpoint")
-        self._stop = True
-
     def train(self, on_step_end: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run (or resume) to cfg.steps; returns the summary. Raises Preempted after SIGTERM (checkpointed)."""
+        """Run (or resume) to cfg.steps; returns the summary. Raises Preempted after SIGTERM or SIGINT
+        (checkpointed)."""
         cfg = self.cfg
         start = self._resume()
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-        try:
+        with self.stop:
             for step in range(start, cfg.steps):
                 for group in self.optimizer.param_groups:
                     group["lr"] = self._lr(step)
@@ -391,13 +386,15 @@ class GRPOTrainer:
                 )
                 if on_step_end is not None:
                     on_step_end(step, row)
-                if self._stop:
+                if self.stop.requested:
                     self._save_checkpoint(step + 1)
-                    raise Preempted(f"stopped by SIGTERM after step {step}; rerun to resume")
+                    raise Preempted(
+                        f"stopped by {self.stop.name} after step {step}; checkpoint at {self.checkpoint_dir} "
+                        "(rerun the same command to resume)",
+                        self.stop.signum,
+                    )
                 if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
                     self._save_checkpoint(step + 1)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
         return self.summary(start)
 

@@ -20,9 +20,11 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from prefpipe.common.config import ConfigError
+from prefpipe.common.model_errors import model_load
 from prefpipe.settings.reward import BackboneSettings, LoraSettings
 
 log = logging.getLogger(__name__)
+KEY = "backbone.model"  # the setting a loading error names
 
 
 def backbone_kind(model_config: Any, requested: str = "auto") -> str:
@@ -60,7 +62,8 @@ def fix_pad_token(tokenizer: Any, kind: str, policy: str, source: str) -> str | 
 
 
 def load_tokenizer(source: str, kind: str, settings: BackboneSettings) -> tuple[Any, str | None]:
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=settings.trust_remote_code)
+    with model_load(source, KEY):
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=settings.trust_remote_code)
     return tokenizer, fix_pad_token(tokenizer, kind, settings.pad_token_fix, source)
 
 
@@ -70,11 +73,13 @@ def load_backbone(
     kwargs: dict[str, Any] = {"trust_remote_code": settings.trust_remote_code, "dtype": dtype}
     if settings.attn_implementation:
         kwargs["attn_implementation"] = settings.attn_implementation
-    return AutoModel.from_pretrained(source, **kwargs)
+    with model_load(source, KEY):
+        return AutoModel.from_pretrained(source, **kwargs)
 
 
 def load_config(source: str, trust_remote_code: bool) -> Any:
-    return AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    with model_load(source, KEY):
+        return AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
 
 
 def check_usable(source: str, model_config: Any, trust_remote_code: bool) -> int:

@@ -19,6 +19,7 @@ from torch import nn
 
 from prefpipe.common.chat import has_chat_template
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
+from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
 from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import RewardHead, build_head
@@ -258,18 +259,21 @@ def load_reward_model(
     spec = ModelSpec.from_json(read_json(config_path))
     from transformers import AutoModel, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
-    if tokenizer.pad_token_id is None:
-        raise ValueError(f"{folder}: saved tokenizer has no pad token")
-    if spec.backbone_format == "lora":
-        from peft import PeftModel
+    with model_load(folder, "reward model"):
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=spec.trust_remote_code)
+        if tokenizer.pad_token_id is None:
+            raise ValueError(f"{folder}: saved tokenizer has no pad token")
+        if spec.backbone_format == "lora":
+            from peft import PeftModel
 
-        base = AutoModel.from_pretrained(
-            _resolve_base(folder, spec), dtype=dtype, trust_remote_code=spec.trust_remote_code
-        )
-        backbone = PeftModel.from_pretrained(base, folder)
-    else:
-        backbone = AutoModel.from_pretrained(folder, dtype=dtype, trust_remote_code=spec.trust_remote_code)
-    head = build_head(spec.head, spec.hidden_size)
-    head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=True)
+            base = AutoModel.from_pretrained(
+                _resolve_base(folder, spec), dtype=dtype, trust_remote_code=spec.trust_remote_code
+            )
+            backbone = PeftModel.from_pretrained(base, folder)
+        else:
+            backbone = AutoModel.from_pretrained(
+                folder, dtype=dtype, trust_remote_code=spec.trust_remote_code
+            )
+        head = build_head(spec.head, spec.hidden_size)
+        head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=True)
     return RewardModel(backbone, head, tokenizer, spec).to(device).eval()

@@ -4,14 +4,13 @@
 Data order is a pure function of (seed, step): epoch e uses a permutation seeded by (seed, e) and step t takes
 pairs [t*B, (t+1)*B) of the concatenated permutations, so a resumed run sees exactly the batches an
 uninterrupted one would. Checkpoints hold model, optimizer, scheduler, RNG, step and metric history; SIGTERM
-triggers a checkpoint at the end of the current optimizer step, then TrainingInterrupted.
+or SIGINT (Ctrl-C) triggers a checkpoint at the end of the current optimizer step, then TrainingInterrupted.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +23,8 @@ from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from transformers import get_scheduler
 
 from prefpipe.common import checkpoint as ckpt
+from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
-from prefpipe.common.stage import StageInterrupted
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
@@ -50,14 +49,19 @@ BOOKKEEPING = (
     "train.keep_checkpoints",
     "train.resume",
 )
+RESUME_HINT = ", or set train.resume: never"  # how to start afresh, appended to checkpoint errors
 TRAINER_STATE = "trainer_state.json"  # step, history, data position (beside accelerate's save_state files)
 
 
 class TrainingInterrupted(StageInterrupted):
-    """Raised after the SIGTERM checkpoint is written; rerunning the stage resumes from it."""
+    """Raised after the stop-signal checkpoint is written; rerunning the stage resumes from it."""
 
-    def __init__(self, step: int, path: Path) -> None:
-        super().__init__(f"interrupted by SIGTERM after step {step}; checkpoint at {path}")
+    def __init__(self, step: int, path: Path, signum: int) -> None:
+        super().__init__(
+            f"interrupted by {signal_name(signum)} after step {step}; checkpoint at {path} "
+            "(rerun the same command to resume)",
+            signum,
+        )
         self.step = step
         self.path = path
 
@@ -168,7 +172,7 @@ class RewardTrainer:
         # Stored with every checkpoint; a rerun with another config or other inputs refuses to resume.
         self.fingerprint = ckpt.fingerprint(settings.to_dict(), inputs, ignore=BOOKKEEPING)
         self._perms: dict[int, list[int]] = {}
-        self._stop_requested = False
+        self.stop = StopRequest()
 
     # ------------------------------------------------------------------ data order
     def _perm(self, epoch: int) -> list[int]:
@@ -205,16 +209,6 @@ class RewardTrainer:
                 dict(self.rm.encoder.truncated),
             )
         return chosen, rejected, truncated_pairs
-
-    def _install_sigterm(self) -> Any:
-        def handler(signum, frame):
-            log.warning("SIGTERM received: checkpointing after the current optimizer step")
-            self._stop_requested = True
-
-        try:
-            return signal.signal(signal.SIGTERM, handler)
-        except ValueError:  # not the main thread: no signal handling possible
-            return None
 
     # ------------------------------------------------------------------ loop
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
@@ -273,14 +267,15 @@ class RewardTrainer:
         folder holds a run with another config, so a stage can check before it writes any output."""
         if self.settings.train.resume != "auto":
             return None
-        return ckpt.check_fingerprint(self.ckpt_root, self.fingerprint, hint=", or set train.resume: never")
+        return ckpt.check_fingerprint(self.ckpt_root, self.fingerprint, hint=RESUME_HINT)
 
     def _resume(self) -> tuple[int, list[dict[str, Any]], int | None]:
         latest = self.checkpoint_to_resume()
         if latest is None:
             return 0, [], None
-        self.acc.load_state(str(latest))  # model, optimizer, scheduler and RNG states, in place
-        state = read_json(latest / TRAINER_STATE)
+        with ckpt.loading(latest, hint=RESUME_HINT):
+            self.acc.load_state(str(latest))  # model, optimizer, scheduler and RNG states, in place
+            state = read_json(latest / TRAINER_STATE)
         log.info("resumed from %s at step %d", latest, state["step"])
         if self.log_fn and self.acc.is_main_process:
             for row in state["history"]:
@@ -326,8 +321,7 @@ class RewardTrainer:
         model, optimizer, scheduler = self.acc.prepare(self.rm, optimizer, scheduler)
         fingerprint = self.fingerprint
         start, history, resumed_from = self._resume()
-        previous = self._install_sigterm()
-        try:
+        with self.stop:
             for step in range(start, self.steps):
                 row = self._step(step, model, optimizer, scheduler, (chosen, rejected))
                 history.append(row)
@@ -335,16 +329,14 @@ class RewardTrainer:
                     self.log_fn(**row)
                 if self.on_step_end is not None:
                     self.on_step_end(step + 1, row)
-                flag = torch.tensor(float(self._stop_requested), device=self.acc.device)
-                stop = bool(self.acc.reduce(flag, reduction="sum") > 0)
+                # Every process stops at the same step when any one was signalled (max: the signal number).
+                flag = torch.tensor(float(self.stop.signum or 0), device=self.acc.device)
+                signum = int(self.acc.reduce(flag, reduction="max"))
                 every = t.checkpoint_every
-                if stop or (every and (step + 1) % every == 0 and step + 1 < self.steps):
+                if signum or (every and (step + 1) % every == 0 and step + 1 < self.steps):
                     path = self._checkpoint(step + 1, fingerprint, history)
-                    if stop:
-                        raise TrainingInterrupted(step + 1, path)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+                    if signum:
+                        raise TrainingInterrupted(step + 1, path, signum)
         self.acc.wait_for_everyone()
         self.prepared_model = model
         return TrainResult(
