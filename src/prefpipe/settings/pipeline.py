@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from prefpipe.common import model_ref
 from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings import schema
+from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
 from prefpipe.settings.data import NO_VERIFIER, DataSettings
@@ -60,6 +61,8 @@ class PipelineSettings:
     reward: dict[str, RewardSettings]  # the variants this run trains (reward.only applied)
     eval: EvalSettings
     grpo: dict[str, GrpoSettings]  # the runs this run trains (grpo.enabled and grpo.only applied)
+    # None when ablation.enabled is false or no ablation row has both of its variants trained
+    ablation: AblationStageSettings | None
     report: ReportSettings | None  # None when report.enabled is false
     accelerate_config: (
         str | None
@@ -120,6 +123,7 @@ class PipelineSettings:
         benchmarks = _benchmarks(cfg["eval"]["benchmarks"], cfg["data"]["source"])
         cfg["eval"]["benchmarks"] = benchmarks
         report_section = {k: v for k, v in cfg["report"].items() if k != "enabled"}  # a workflow switch
+        ablation = _ablation(cfg["ablation"], variants, list(reward_section["variants"]), stage)
         return cls(
             raw=cfg,
             data=stage(
@@ -134,6 +138,7 @@ class PipelineSettings:
                 "eval",
             ),
             grpo=grpo,
+            ablation=ablation,
             report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
             accelerate_config=cfg["launch"]["accelerate_config"],
         )
@@ -151,6 +156,19 @@ class PipelineSettings:
     def stage_json(self, settings: Any, threads: int | None) -> str:
         """What a rule passes to its stage (`--config`): the stage's settings with the rule's threads."""
         return json.dumps({**to_mapping(settings), "torch_threads": threads}, sort_keys=True)
+
+
+def _ablation(
+    section: dict[str, Any], trained: list[str], declared: list[str], stage: Any
+) -> AblationStageSettings | None:
+    """The ablation stage's settings, or None when it is switched off or has no row to compute (reward.only
+    narrowed its variants away). Every variant it names must be a reward.variants key."""
+    own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
+    settings = stage(AblationStageSettings, own, "ablation", variants=trained)
+    settings.check_names(declared)
+    if not section["enabled"] or not settings.contrasts():
+        return None
+    return settings
 
 
 def _check_model_ref(ref: str, key: str, models: dict[str, ModelImportSettings], allow_base: bool) -> None:
@@ -224,6 +242,7 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
     ReportSettings: ("report.schema.yaml", ()),
+    AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
 }
 
 
