@@ -16,7 +16,7 @@ from prefpipe.settings.pipeline import PipelineSettings
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs.
 SETTINGS = PipelineSettings.from_config(config)
-RESULTS = "results"
+RESULTS = SETTINGS.results_dir  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
 
 
 def stage_config(settings, threads):

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.determinism import cpu_kernel_facts
 from prefpipe.common.io import atomic_write_json, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def device_facts() -> dict[str, Any]:
         import torch
 
         facts["torch_threads"] = torch.get_num_threads()
+        facts["cpu_kernels"] = cpu_kernel_facts()
         facts["cuda"] = torch.cuda.is_available()
         if facts["cuda"]:
             facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

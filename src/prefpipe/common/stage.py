@@ -8,6 +8,8 @@
 - Path arguments are declared with what they must be (`PathArg(kind=...)`); a missing folder, a missing file or a
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
+- The CPU kernels are pinned (ATEN_CPU_CAPABILITY, MKL_CBWR; prefpipe.common.determinism) unless the
+  environment sets them, so one seed gives the same bits on every x86-64 CPU with AVX2.
 - Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
   naming it; 143 stopped by SIGTERM after a checkpoint (rerun to resume); 1 a bug (traceback).
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from prefpipe.common.config import UserError, load_config_arg
+from prefpipe.common.determinism import pin_cpu_kernels
 from prefpipe.common.logs import setup_logging
 
 T = TypeVar("T")
@@ -86,8 +89,11 @@ def run_stage(
     """Parse, check, run `body(settings, args)`; map the outcome to an exit code (module docstring)."""
     from prefpipe.settings.pipeline import load_stage  # the settings layer imports common, not vice versa
 
+    pinned = pin_cpu_kernels()  # before any tensor op: the kernels are chosen once per process
     setup_logging()
     log = logging.getLogger(f"prefpipe.{stage}")
+    if pinned:
+        log.info("CPU kernels pinned for reproducibility: %s", pinned)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     args = parse_stage_args(stage, paths, argv)

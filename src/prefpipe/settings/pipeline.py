@@ -67,6 +67,7 @@ class PipelineSettings:
     accelerate_config: (
         str | None
     )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
+    results_dir: str  # the folder every stage writes under (a workflow key, no stage reads it)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
@@ -141,6 +142,7 @@ class PipelineSettings:
             ablation=ablation,
             report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
             accelerate_config=cfg["launch"]["accelerate_config"],
+            results_dir=cfg["results_dir"],
         )
 
     def needs_base(self) -> bool:
