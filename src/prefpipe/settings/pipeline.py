@@ -167,10 +167,10 @@ def _ablation(
     narrowed its variants away). Every variant it names must be a reward.variants key."""
     own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
     settings = stage(AblationStageSettings, own, "ablation", variants=trained)
-    settings.check_names(declared)
-    if not section["enabled"] or not settings.contrasts():
+    if not section["enabled"]:
         return None
-    return settings
+    settings.check_names(declared)
+    return settings if settings.contrasts() else None
 
 
 def _check_model_ref(ref: str, key: str, models: dict[str, ModelImportSettings], allow_base: bool) -> None:
