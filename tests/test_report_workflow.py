@@ -28,8 +28,9 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 BOARD = ["Variant", "Head", *SECTIONS, "Overall", "Cyclic"]
 POLICY = ["Run", "Decoding", "Base [95%]", "Trained [95%]", "Change [95%]", "Verdict", "Prompts"]
 GRPO_RUNS = ["Run", "Rewards (type x weight)", "Reward model", "beta", "Steps", "s/step"]
-# Every chart the tiny tree has data for (one reward-training and one GRPO-training group).
+# Every chart the tiny tree has data for (two reward-training groups for its five variants, one GRPO group).
 FIGURES = {
+    "reward_training_2",
     "rewardbench",
     "ablation",
     "policy_eval",
@@ -152,6 +153,21 @@ def test_every_stage_ran_from_the_tiny_config(tiny_run):
     )
 
 
+def test_the_ablation_ran_and_the_report_shows_its_rows_and_answer(tiny_run):
+    summary = _json(tiny_run["results"] / "ablation" / "summary.json")
+    assert [(r["fix"], r["kind"]) for r in summary["rows"]] == [("klmean", "added"), ("klmean", "removed")]
+    for row in summary["rows"]:
+        lo, hi = row["items"]["overall"]["fix_interval"]
+        assert lo <= row["items"]["overall"]["fix_effect"] <= hi
+    table = [
+        t
+        for t in tiny_run["tables"]
+        if t.header[:5] == ["Fix", "Kind", "Contrast", "Average [95%]", "Verdict"]
+    ]
+    assert [row[:2] for row in table[0].rows] == [["klmean", "added"], ["klmean", "removed"]]
+    assert any(a.startswith("Which Bayesian GPM fixes matter") for a in _answers(tiny_run))
+
+
 def test_report_figures_exist_and_are_the_ones_it_shows(tiny_run):
     folder = tiny_run["results"] / "report" / "figures"
     written = {p.stem for p in folder.glob("*.png")}
@@ -206,10 +222,12 @@ def test_report_shows_every_variant_with_the_eval_summary_numbers(tiny_run):
             cyc["accuracy"], _wilson(round(cyc["accuracy"] * cyc["n"]), cyc["n"]), ""
         )
         assert f">{row['Cyclic']}</td>" in html
-    # the answers repeat the overall scores, with the same intervals
+    # the answers repeat the main heads' overall scores (not the ablation variants'), with the same intervals
     best = [a for a in _answers(tiny_run) if a.startswith("Best reward head overall on synthetic: ")]
     assert len(best) == 1
     for variant, said in overall_said.items():
+        if variant.startswith("bgpm-"):
+            continue
         assert f"{variant} {said}" in best[0], (variant, said, best[0])
     (calibration,) = _tables(tiny_run, ["Variant", "ECE", "Brier", "NLL", "Mean confidence"])
     assert sorted(r[0] for r in calibration.rows) == sorted(VARIANTS)

@@ -73,6 +73,8 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
     report = {k: v for k, v in raw["report"].items() if k != "enabled"}
     assert _without_run_keys(to_mapping(settings.report)) == report
     assert to_mapping(settings.eval)["eval"] == raw["eval"]
+    ablation = {k: v for k, v in raw["ablation"].items() if k != "enabled"}
+    assert _without_run_keys(to_mapping(settings.ablation), "variants") == ablation
     for name, variant in settings.reward.items():
         expected = deep_merge(raw["reward"]["defaults"], raw["reward"]["variants"][name])
         assert _without_run_keys(to_mapping(variant), "variant") == expected, name
@@ -84,6 +86,7 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
             assert {k: spec[k] for k in given} == given
         assert got == expected, name
     assert (settings.data.seed, settings.data.experiment) == (raw["seed"], raw["experiment"])
+    assert settings.results_dir == raw["results_dir"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
@@ -169,6 +172,7 @@ def test_stage_json_round_trips_through_the_stage_builder():
         settings.base,
         settings.eval,
         settings.report,
+        settings.ablation,
         *settings.reward.values(),
         *settings.grpo.values(),
     ]:

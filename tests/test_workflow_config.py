@@ -135,3 +135,25 @@ def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
     assert priority["train_reward_model variant=bgpm-broken"] == "0"
     assert priority["train_grpo run=verifier"] == priority["eval_policy run=gpm"] == "10"
     assert priority["build_base"] == "10"  # the policy the RL chain starts from
+
+
+@pytest.mark.parametrize(
+    ("only", "inputs"),
+    [
+        (None, 12),  # bgpm, bgpm-broken and the ten single-fix variants
+        (["gpm", "bgpm", "bgpm-broken", "bgpm-fix-prior", "bgpm-no-prior"], 4),
+        (["gpm", "bgpm"], 0),  # no row has both of its variants: no ablation job
+    ],
+    ids=["default", "narrowed", "none"],
+)
+def test_the_ablation_job_reads_the_evaluations_of_its_rows(tmp_path, only, inputs):
+    workdir = _workflow_copy(tmp_path)
+    result = _dry_run(workdir, "--configfile", _write_override(workdir, {"reward": {"only": only}}))
+    assert result.returncode == 0, result.stderr + result.stdout
+    blocks = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("ablation:")]
+    assert len(blocks) == (1 if inputs else 0)
+    if inputs:
+        read = re.findall(r"results/eval/([\w.-]+)/per_example\.parquet", blocks[0].split("output:")[0])
+        assert len(set(read)) == inputs
+        report = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("report:")][0]
+        assert "results/ablation/summary.json" in report.split("output:")[0]

@@ -28,7 +28,7 @@ WITH_PROFILES = (
     "slurm",
 )  # the code and the profiles (`slurm` is a link to profiles/slurm)
 # Mappings the test config replaces instead of merging into (each key is one job or more).
-REPLACED = (("reward", "variants"), ("grpo", "runs"), ("eval", "benchmarks"))
+REPLACED = (("reward", "variants"), ("grpo", "runs"), ("eval", "benchmarks"), ("ablation", "fixes"))
 
 
 def repo_copy(dest: Path, *names: str, link_src: bool = False) -> Path:

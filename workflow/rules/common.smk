@@ -18,7 +18,7 @@ from prefpipe.settings.pipeline import PipelineSettings
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs.
 SETTINGS = PipelineSettings.from_config(config)
-RESULTS = "results"
+RESULTS = SETTINGS.results_dir  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
 
 
 def stage_config(settings, threads):
@@ -128,9 +128,28 @@ def pretrained_flag(input):
     return f"--pretrained {shlex.quote(model_path(*ref, input))}"
 
 
+def ablation_inputs(name):
+    """results/eval/<variant>/<name> of every variant an ablation row compares (none without the stage)."""
+    if SETTINGS.ablation is None:
+        return []
+    variants = dict.fromkeys(
+        v
+        for _, _, variant, baseline in SETTINGS.ablation.contrasts()
+        for v in (baseline, variant)
+    )
+    return [f"{RESULTS}/eval/{v}/{name}" for v in variants]
+
+
+def ablation_summary():
+    """results/ablation/summary.json when this run has the ablation stage (ablation.enabled and some row
+    whose two variants are trained), else nothing."""
+    return [f"{RESULTS}/ablation/summary.json"] if SETTINGS.ablation is not None else []
+
+
 def all_targets():
     targets = [f"{RESULTS}/data/summary.json", *base_summary()]
     targets += [f"{RESULTS}/eval/{v}/summary.json" for v in reward_variants()]
+    targets += ablation_summary()
     targets += [f"{RESULTS}/policy_eval/{r}/summary.json" for r in grpo_runs()]
     targets += hypotheses_summary()
     if SETTINGS.report is not None:
@@ -249,8 +268,12 @@ def report_manifest(input):
     """The report's declared inputs as {kind: {name: path relative to the results folder}}: the report reads
     these files and no others (prefpipe.report.inputs)."""
     results = os.path.dirname(os.path.dirname(input.data))
-    names = {"data": [""], "base": [""] if input.base else []}
-    names["grpo_hypotheses"] = [""] if input.grpo_hypotheses else []
+    names = {
+        "data": [""],
+        "base": [""] if input.base else [],
+        "ablation": [""] if input.ablation else [],
+        "grpo_hypotheses": [""] if input.grpo_hypotheses else [],
+    }
     for kind in ("reward", "reward_metrics", "eval"):
         names[kind] = reward_variants()
     for kind in ("grpo", "grpo_metrics", "grpo_samples", "policy_eval"):

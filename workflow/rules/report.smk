@@ -2,6 +2,7 @@ rule report:
     input:
         data=rules.prep_data.output.summary,
         base=base_summary(),
+        ablation=ablation_summary(),
         reward=expand(
             rules.train_reward_model.output.summary, variant=reward_variants()
         ),

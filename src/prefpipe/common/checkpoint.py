@@ -40,7 +40,7 @@ from typing import Any
 
 from prefpipe.common.config import ConfigError, UserError
 from prefpipe.common.interrupts import StageInterrupted
-from prefpipe.common.io import atomic_write_json, read_json
+from prefpipe.common.io import atomic_write_json, output_mode, read_json
 
 META = "checkpoint.json"
 LATEST = "latest.json"
@@ -263,6 +263,7 @@ def save_checkpoint(
             if is_main:
                 meta = {"step": step, "fingerprint": run_fingerprint, "files": file_sizes(tmp)}
                 atomic_write_json(tmp / META, meta)
+                output_mode(tmp)  # safetensors' save_file makes 0600 files; give them the umask's mode
                 shutil.rmtree(final, ignore_errors=True)
                 os.replace(tmp, final)
         except BaseException as err:

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.determinism import cpu_kernel_facts
 from prefpipe.common.io import atomic_write_json, to_jsonable
 from prefpipe.common.secrets import redact, redact_argv
 
@@ -54,6 +55,7 @@ def device_facts() -> dict[str, Any]:
         import torch
 
         facts["torch_threads"] = torch.get_num_threads()
+        facts["cpu_kernels"] = cpu_kernel_facts()
         facts["cuda"] = torch.cuda.is_available()
         if facts["cuda"]:
             facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

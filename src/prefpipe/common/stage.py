@@ -8,6 +8,8 @@
 - Path arguments are declared with what they must be (`PathArg(kind=...)`); a missing folder, a missing file or a
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
+- The CPU kernels are pinned (ATEN_CPU_CAPABILITY, MKL_CBWR; prefpipe.common.determinism) unless the
+  environment sets them, so one seed gives the same bits on every x86-64 CPU with AVX2.
 - Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
   naming it; 143 / 130 stopped by SIGTERM / SIGINT (Ctrl-C), after a checkpoint when training was under way
   (rerun to resume); 1 a bug (traceback).
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from prefpipe.common.config import UserError, load_config_arg
+from prefpipe.common.determinism import pin_cpu_kernels
 from prefpipe.common.interrupts import (
     STOP_SIGNALS,
     StageInterrupted,
@@ -91,8 +94,11 @@ def run_stage(
     argv: list[str] | None = None,
 ) -> int:
     """Parse, check, run `body(settings, args)`; map the outcome to an exit code (module docstring)."""
+    pinned = pin_cpu_kernels()  # before any tensor op: the kernels are chosen once per process
     setup_logging()
     log = logging.getLogger(f"prefpipe.{stage}")
+    if pinned:
+        log.info("CPU kernels pinned for reproducibility: %s", pinned)
     if argv is None:  # a real stage process (not a call from a test): stop when Snakemake dies
         die_with_parent()
     main_thread = threading.current_thread() is threading.main_thread()

@@ -28,6 +28,7 @@ LAYOUT = {
     "grpo_samples": "grpo/{name}/samples.jsonl",
     "policy_eval": "policy_eval/{name}/summary.json",
     "grpo_hypotheses": "grpo_hypotheses/summary.json",
+    "ablation": "ablation/summary.json",
 }
 VARIANT_KINDS = ("reward", "reward_metrics", "eval")
 RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "policy_eval")
@@ -35,14 +36,18 @@ RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "policy_eval")
 
 @dataclass(frozen=True)
 class Manifest:
-    """kind -> {name: path relative to the results folder}; `data` and `base` use the name ""."""
+    """kind -> {name: path relative to the results folder}; `data`, `base` and `ablation` use the name ""."""
 
     files: dict[str, dict[str, str]]
 
     @classmethod
     def standard(cls, variants: list[str], runs: list[str]) -> Manifest:
         """The files the report rule declares for these variants and runs (the stages' layout)."""
-        files: dict[str, dict[str, str]] = {"data": {"": LAYOUT["data"]}, "base": {"": LAYOUT["base"]}}
+        files: dict[str, dict[str, str]] = {
+            "data": {"": LAYOUT["data"]},
+            "base": {"": LAYOUT["base"]},
+            "ablation": {"": LAYOUT["ablation"]},
+        }
         for kind in VARIANT_KINDS:
             files[kind] = {v: LAYOUT[kind].format(name=v) for v in variants}
         for kind in RUN_KINDS:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from prefpipe.common import model_ref, secrets
 from prefpipe.common.config import ConfigError, read_config_file
 from prefpipe.settings import schema
+from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
 from prefpipe.settings.data import NO_VERIFIER, DataSettings
@@ -62,11 +63,14 @@ class PipelineSettings:
     reward: dict[str, RewardSettings]  # the variants this run trains (reward.only applied)
     eval: EvalSettings
     grpo: dict[str, GrpoSettings]  # the runs this run trains (grpo.enabled and grpo.only applied)
+    # None when ablation.enabled is false or no ablation row has both of its variants trained
+    ablation: AblationStageSettings | None
     report: ReportSettings | None  # None when report.enabled is false
     hypotheses: HypothesesSettings | None  # grpo.hypotheses (None: no grid, or no GRPO runs)
     accelerate_config: (
         str | None
     )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
+    results_dir: str  # the folder every stage writes under (a workflow key, no stage reads it)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
@@ -134,6 +138,7 @@ class PipelineSettings:
             section = {**grpo_section["hypotheses"], "diagnostics": cfg["report"]["diagnostics"]}
             hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
             _check_hypothesis_runs(hypotheses, list(grpo))
+        ablation = _ablation(cfg["ablation"], variants, list(reward_section["variants"]), stage)
         return cls(
             raw=cfg,
             data=data,
@@ -146,9 +151,11 @@ class PipelineSettings:
                 "eval",
             ),
             grpo=grpo,
+            ablation=ablation,
             report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
             hypotheses=hypotheses,
             accelerate_config=cfg["launch"]["accelerate_config"],
+            results_dir=cfg["results_dir"],
         )
 
     def needs_base(self) -> bool:
@@ -164,6 +171,19 @@ class PipelineSettings:
     def stage_json(self, settings: Any, threads: int | None) -> str:
         """What a rule passes to its stage (`--config`): the stage's settings with the rule's threads."""
         return json.dumps({**to_mapping(settings), "torch_threads": threads}, sort_keys=True)
+
+
+def _ablation(
+    section: dict[str, Any], trained: list[str], declared: list[str], stage: Any
+) -> AblationStageSettings | None:
+    """The ablation stage's settings, or None when it is switched off or has no row to compute (reward.only
+    narrowed its variants away). Every variant it names must be a reward.variants key."""
+    own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
+    settings = stage(AblationStageSettings, own, "ablation", variants=trained)
+    if not section["enabled"]:
+        return None
+    settings.check_names(declared)
+    return settings if settings.contrasts() else None
 
 
 def _check_model_ref(ref: str, key: str, models: dict[str, ModelImportSettings], allow_base: bool) -> None:
@@ -250,6 +270,7 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
     ReportSettings: ("report.schema.yaml", ()),
     HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
+    AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
 }
 
 

@@ -9,10 +9,14 @@ from typing import Any
 
 import pandas as pd
 
+from prefpipe.evaluation.ablation import HURTS, ITEM_TITLES, MATTERS, MOST_IMPORTANT, NEUTRAL, ROWS
+from prefpipe.evaluation.accuracy_summary import OVERALL
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.stats import NA, diff_interval, pct, pts
+
+VERDICTS = {MATTERS: "matters", NEUTRAL: "no clear effect", HURTS: "hurts"}
 
 TITLE, ANCHOR = "Bayesian GPM ablation", "ablation"
 
@@ -68,7 +72,83 @@ def _change(ctx: Context, variant: str, broken: str) -> tuple[float, tuple[float
     )
 
 
+def _paired(ctx: Context) -> dict[str, Any] | None:
+    """results/ablation/summary.json (the ablation stage's paired bootstrap rows), when the run has it."""
+    summary = ctx.tree.summary("ablation")
+    return summary if summary and isinstance(summary.get(ROWS), list) else None
+
+
+def _fix_cell(item: dict[str, Any] | None) -> str:
+    """A fix's contribution in points with its interval (sign: > 0 means the fix helps)."""
+    if not item:
+        return NA
+    lo, hi = item["fix_interval"]
+    return f"{100 * item['fix_effect']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def _paired_claims(paired: dict[str, Any]) -> list[Claim]:
+    conf = round(100 * paired["confidence"])
+    parts = []
+    for kind, where in (
+        ("added", f"added to {paired['broken']}"),
+        ("removed", f"removed from {paired['reference']}"),
+    ):
+        rows = [r for r in paired[ROWS] if r["kind"] == kind and OVERALL in r["items"]]
+        if not rows:
+            continue
+        by = {
+            v: [
+                f"{r['fix']} {_fix_cell(r['items'][OVERALL])}"
+                for r in rows
+                if r["items"][OVERALL]["verdict"] == v
+            ]
+            for v in VERDICTS
+        }
+        said = [f"{VERDICTS[v]}: {', '.join(by[v])}" for v in VERDICTS if by[v]]
+        parts.append(f"{where}, " + "; ".join(said))
+    best = (paired.get(MOST_IMPORTANT) or {}).get("overall")
+    text = (
+        f"Which Bayesian GPM fixes matter (four-section average on {paired['benchmark']}, points with {conf}% "
+        f"paired bootstrap intervals over {paired['n_pairs']} pairs): "
+        + ". ".join(parts)
+        + (f". The fix that matters most: {best}." if best else ". No fix clears its interval.")
+    )
+    return [Claim(text, "ablation-paired")]
+
+
+def _paired_table(paired: dict[str, Any]) -> Table:
+    items = [i for i in paired.get("items", []) if i != OVERALL]
+    rows = []
+    for r in paired[ROWS]:
+        what = f"{r['variant']} vs {r['baseline']}"
+        rows.append(
+            [
+                r["fix"],
+                r["kind"],
+                what,
+                _fix_cell(r["items"].get(OVERALL)),
+                r["items"].get(OVERALL, {}).get("verdict", NA),
+            ]
+            + [_fix_cell(r["items"].get(i)) for i in items]
+        )
+    conf = round(100 * paired["confidence"])
+    return Table(
+        f"Each fix's effect on {paired['benchmark']}, added to {paired['broken']} and removed from {paired['reference']}",
+        ["Fix", "Kind", "Contrast", f"Average [{conf}%]", "Verdict", *(ITEM_TITLES.get(i, i) for i in items)],
+        rows,
+        f"Points; > 0 means the fix helps (a removal row's difference with its sign flipped). {conf}% percentile "
+        f"intervals from {paired['bootstrap_resamples']} paired bootstrap resamples of the {paired['n_pairs']} "
+        "test pairs (drawn within each subset, the same draw for both variants; section-weighted scores "
+        "recomputed as the evaluation does). Verdict on the average: matters (interval above 0), neutral "
+        "(contains 0), hurts (below 0). Written by the ablation stage (results/ablation/summary.json).",
+        anchor="ablation-paired",
+    )
+
+
 def claims(ctx: Context) -> list[Claim]:
+    paired = _paired(ctx)
+    if paired is not None:
+        return _paired_claims(paired)
     ordered, broken = order(ctx)
     if broken is None or _overall(ctx, broken) is None:
         return []
@@ -117,7 +197,9 @@ def build(ctx: Context) -> Section | None:
         )
         if over is not None:
             ests.append(plots.Estimate(v, over["score"], over["lo"], over["hi"], ctx.colors[v]))
-    blocks: list = [
+    paired = _paired(ctx)
+    blocks: list = [_paired_table(paired)] if paired is not None else []
+    blocks += [
         Table(
             f"Overall accuracy on {ctx.bench} per ablation variant",
             ["Variant", f"Fix applied to {broken or 'broken'}", "Overall [95%]", f"Change vs {broken} [95%]"],

@@ -3,13 +3,13 @@ the experiment each tree records."""
 
 from __future__ import annotations
 
-from prefpipe.report import frames
+from prefpipe.report import frames, seed_stats
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.stats import mean_sd
 
 TITLE, ANCHOR = "Across seeds and experiments", "compare"
-ITEMS = {frames.OVERALL: "Overall", **frames.SECTION_TITLES, frames.CYCLIC: "Cyclic"}
+ITEMS = {frames.OVERALL: "Overall", **frames.SECTION_TITLES, frames.CYCLIC: "Cyclic", "ece": "ECE"}
 
 
 def build(ctx: Context) -> Section | None:
@@ -19,22 +19,16 @@ def build(ctx: Context) -> Section | None:
     by_exp: dict[str, list] = {}
     for tree in trees:
         by_exp.setdefault(tree.experiment, []).append(tree)
-    rows, policy_rows = [], []
+    rows, policy_rows, ablation_rows = [], [], []
     for exp, members in by_exp.items():
-        scores = [frames.scores(t) for t in members]
-        scores = [s[s["benchmark"] == ctx.bench] for s in scores]
+        stats = seed_stats.across(members, ctx.bench)
         for v in ctx.variants:
-            cells = [
-                mean_sd(
-                    [
-                        float(s[(s["variant"] == v) & (s["item"] == i)]["score"].iloc[0])
-                        for s in scores
-                        if ((s["variant"] == v) & (s["item"] == i)).any()
-                    ]
-                )
-                for i in ITEMS
-            ]
+            cells = [seed_stats.cell(stats.get((v, i))) for i in ITEMS]
             rows.append([exp, v, str(len(members)), *cells])
+        for (owner, item), stat in stats.items():
+            if owner == "ablation":
+                fix, kind = item.split(" ", 1)
+                ablation_rows.append([exp, fix, kind, seed_stats.cell(stat, signed=True)])
         policies = [frames.policy(t) for t in members]
         for run in ctx.runs:
             cells = []
@@ -47,7 +41,8 @@ def build(ctx: Context) -> Section | None:
                 cells.append(mean_sd(vals))
             policy_rows.append([exp, run, str(len(members)), *cells])
     note = (
-        "Mean ± sample standard deviation over the trees of each experiment (n = trees with a value), in %."
+        "Mean ± sample standard deviation over the trees of each experiment (n = trees with a value), in % "
+        "(ECE too)."
     )
     names = ", ".join(f"{t.name} (seed {t.seed})" for t in trees)
     blocks = [
@@ -59,6 +54,17 @@ def build(ctx: Context) -> Section | None:
             anchor="compare-table",
         ),
     ]
+    if ablation_rows:
+        blocks.append(
+            Table(
+                f"Bayesian GPM ablation on {ctx.bench}: each fix's effect on the four-section average",
+                ["Experiment", "Fix", "Kind", "Effect (points)"],
+                ablation_rows,
+                "Mean ± sample standard deviation over the trees' results/ablation/summary.json (added: on the "
+                "broken variant; removed: from the fixed one, sign flipped so > 0 means the fix helps).",
+                anchor="compare-ablation",
+            )
+        )
     if policy_rows:
         blocks.append(
             Table(

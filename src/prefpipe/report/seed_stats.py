@@ -1,0 +1,69 @@
+"""The headline figures of several results trees (seeds of one experiment) as mean ± sample sd.
+
+Per tree: every variant's section scores, four-section average and cyclic accuracy on the headline benchmark,
+its ECE, and each ablation row's fix effect (results/ablation/summary.json). The report's across-seeds section
+and the three-seed command's summary file (prefpipe.seed_summary) both come from here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from prefpipe.evaluation.ablation import ROWS
+from prefpipe.evaluation.benchmark import CALIBRATION
+from prefpipe.report import frames
+from prefpipe.report.inputs import Tree
+from prefpipe.report.stats import as_float
+
+ITEMS = {
+    frames.OVERALL: "Four-section average",
+    **frames.SECTION_TITLES,
+    frames.CYCLIC: "Cyclic",
+    "ece": "ECE",
+}
+
+
+def tree_figures(tree: Tree, bench: str | None) -> dict[tuple[str, str], float]:
+    """{(variant, item): value} and {("ablation", "<fix> <kind>"): fix effect} of one tree."""
+    out: dict[tuple[str, str], float] = {}
+    scores = frames.scores(tree)
+    for row in scores[scores["benchmark"] == bench].itertuples():
+        out[(row.variant, row.item)] = float(row.score)
+    for variant in tree.names("eval"):
+        block = frames.benchmark_blocks(tree.summary("eval", variant)).get(bench or "")
+        ece = as_float(((block or {}).get(CALIBRATION) or {}).get("ece"))
+        if ece is not None:
+            out[(variant, "ece")] = ece
+    ablation = tree.summary("ablation") or {}
+    if ablation.get("benchmark") == bench:
+        for row in ablation.get(ROWS) or []:
+            effect = as_float((row.get("items") or {}).get(frames.OVERALL, {}).get("fix_effect"))
+            if effect is not None:
+                out[("ablation", f"{row['fix']} {row['kind']}")] = effect
+    return out
+
+
+def mean_sd(values: Sequence[float]) -> dict[str, Any]:
+    """{mean, sd (sample, None below two values), n, values}."""
+    n = len(values)
+    mean = sum(values) / n if n else None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 and mean is not None else None
+    return {"mean": mean, "sd": sd, "n": n, "values": list(values)}
+
+
+def across(trees: Sequence[Tree], bench: str | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """{(variant or "ablation", item): mean_sd over the trees that have it}, in first-seen order."""
+    per_tree = [tree_figures(tree, bench) for tree in trees]
+    keys = list(dict.fromkeys(k for figures in per_tree for k in figures))
+    return {k: mean_sd([f[k] for f in per_tree if k in f]) for k in keys}
+
+
+def cell(stat: dict[str, Any] | None, scale: float = 100.0, signed: bool = False) -> str:
+    """'78.5 ± 1.2 (n=3)'; signed for effects ('+4.1 ± 0.9 (n=3)')."""
+    if not stat or stat["mean"] is None:
+        return "–"
+    fmt = "+.1f" if signed else ".1f"
+    text = f"{scale * stat['mean']:{fmt}}"
+    return text + (f" ± {scale * stat['sd']:.1f}" if stat["sd"] is not None else "") + f" (n={stat['n']})"

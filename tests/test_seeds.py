@@ -1,0 +1,129 @@
+"""The three-seed command: mean ± sd over seeds of the headline figures (from evaluation and ablation files
+written as the stages write them), the report's across-seeds tables, and the command's dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from support.eval_tree import decisions, write_eval
+from support.settings import pipeline, stage_json
+from support.stages import run_main
+from support.workflow import REPO, repo_copy
+
+from prefpipe import ablation as ablation_stage
+from prefpipe import seed_summary
+
+ONLY = ["bgpm", "bgpm-broken", "bgpm-fix-klmean", "bgpm-no-klmean"]
+OVERLAY = {"experiment": "synthetic-seeds", "reward": {"only": ONLY}, "grpo": {"enabled": False}}
+
+
+def _seed_tree(root: Path, seed: int) -> Path:
+    """results/seeds/seed-<seed>: eval/ of ONLY and ablation/ from the ablation stage."""
+    tree = root / f"seed-{seed}"
+    broken, fixed = 0.55 + 0.02 * seed, 0.8 - 0.01 * seed
+    for i, (variant, acc) in enumerate(zip(ONLY, (fixed, broken, fixed, broken), strict=True)):
+        write_eval(tree / "eval", variant, decisions(acc, seed=100 * seed + i))
+        cfg = json.loads((tree / "eval" / variant / "summary.json").read_text())
+        (tree / "eval" / variant / "config.json").write_text(
+            json.dumps(
+                {"stage": "eval_rewardbench", "config": {"experiment": "synthetic-seeds", "seed": seed}}
+            )
+        )
+        assert cfg["overall"] is not None
+    settings = pipeline({**OVERLAY, "seed": seed}).ablation
+    code, _ = run_main(ablation_stage.main, stage_json(settings), eval=tree / "eval", out=tree / "ablation")
+    assert code == 0
+    return tree
+
+
+def test_the_seed_summary_is_mean_and_sd_of_each_trees_figures(tmp_path):
+    trees = [_seed_tree(tmp_path, seed) for seed in (0, 1, 2)]
+    config = tmp_path / "overlay.yaml"
+    config.write_text(yaml.safe_dump(OVERLAY))
+    out = tmp_path / "summary"
+    assert seed_summary.main(["--configfile", str(config), "--out", str(out), *map(str, trees)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["seed"] for t in summary["trees"]] == [0, 1, 2] and summary["benchmark"] == "synthetic"
+    for variant in ONLY:
+        evals = [json.loads((t / "eval" / variant / "summary.json").read_text()) for t in trees]
+        for item, values in {
+            "overall": [e["overall"] for e in evals],
+            "reasoning": [e["sections"]["reasoning"]["score"] for e in evals],
+            "cyclic": [e["cyclic"]["accuracy"] for e in evals],
+            "ece": [e["calibration"]["ece"] for e in evals],
+        }.items():
+            got = summary["variants"][variant][item]
+            assert got["mean"] == pytest.approx(np.mean(values)), (variant, item)
+            assert got["sd"] == pytest.approx(np.std(values, ddof=1)), (variant, item)
+            assert got["n"] == 3
+    effects = [
+        next(
+            r["items"]["overall"]["fix_effect"]
+            for r in json.loads((t / "ablation" / "summary.json").read_text())["rows"]
+            if (r["fix"], r["kind"]) == ("klmean", "removed")
+        )
+        for t in trees
+    ]
+    got = summary["ablation_fix_effects"]["klmean removed"]
+    assert got["mean"] == pytest.approx(np.mean(effects)) and got["sd"] == pytest.approx(
+        np.std(effects, ddof=1)
+    )
+    md = (out / "summary.md").read_text()
+    assert "mean ± sd over seeds 0, 1, 2" in md and "| klmean | removed |" in md
+    # a missing tree is one line naming it, and nothing is written
+    code = seed_summary.main(
+        ["--configfile", str(config), "--out", str(tmp_path / "x"), str(tmp_path / "nope")]
+    )
+    assert code == 2 and not (tmp_path / "x").exists()
+
+
+def test_the_report_shows_the_seeds_ece_and_ablation_effects(tmp_path):
+    from prefpipe.report.inputs import Manifest
+    from prefpipe.report.markdown import render_markdown
+    from prefpipe.report.write import document
+
+    trees = [_seed_tree(tmp_path, seed) for seed in (0, 1, 2)]
+    compare = {f"seed-{s}": str(t) for s, t in zip((1, 2), trees[1:], strict=True)}
+    settings = pipeline({**OVERLAY, "report": {"compare": compare}})
+    doc = document(settings.report, trees[0], Manifest.standard(ONLY, []))
+    md = render_markdown(doc, figure_dir="figures")
+    across = md.split("## Across seeds and experiments", 1)[1]
+    assert "| Cyclic | ECE |" in across
+    assert "each fix's effect on the four-section average" in across
+    assert "| synthetic-seeds | klmean | removed |" in across
+    assert "(n=3)" in across
+
+
+def _bootstrapped_venv() -> Path:
+    venv = Path(sys.prefix)
+    if not list(venv.glob(".prefpipe-installed-dev,slurm")):
+        pytest.skip(f"seeds.sh runs run.sh, which needs a bootstrapped virtualenv; {venv} is not one")
+    return venv
+
+
+def test_the_seeds_command_dry_runs_each_seed_in_its_own_folder(tmp_path):
+    venv = _bootstrapped_venv()
+    work = repo_copy(tmp_path / "wf", "scripts", link_src=True)
+    shutil.copy2(REPO / "pyproject.toml", work / "pyproject.toml")  # bootstrap.sh's stamp is its hash
+    env = {**os.environ, "PREFPIPE_VENV": str(venv), "PREFPIPE_CORES": "1", "PREFPIPE_SEEDS": "3 4"}
+    result = subprocess.run(
+        ["bash", "scripts/seeds.sh", "-n"], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "[bootstrap]" not in output
+    for seed in (3, 4):
+        overlay = yaml.safe_load((work / "results" / "seeds" / f"seed-{seed}.yaml").read_text())
+        assert overlay == {"seed": seed, "results_dir": f"results/seeds/seed-{seed}"}
+        assert f"results/seeds/seed-{seed}/eval/bgpm-no-klmean/summary.json" in output
+        assert f"results/seeds/seed-{seed}/ablation/summary.json" in output
+    assert "train_grpo" not in output and "results/eval/" not in output
+    assert sorted(p.name for p in (work / "results" / "seeds").iterdir()) == ["seed-3.yaml", "seed-4.yaml"]
