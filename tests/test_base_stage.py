@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from prefpipe import build_base, prep_data
+from prefpipe.base.build import chosen_replies
 from prefpipe.base.model import load_pretrained
 from prefpipe.common.chat import format_prompt
 from prefpipe.common.config import ConfigError
@@ -114,7 +115,19 @@ def test_summary_and_metrics_are_consistent(scratch, data_dir: Path) -> None:
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "sft_loss" in m]
     assert [m["step"] for m in steps] == list(range(BASE["sft"]["steps"]))
-    assert summary["sft"]["examples"] == DATA["synthetic"]["demonstrations"]
+    train_pairs = (data_dir / "pairs_train.jsonl").read_text().splitlines()
+    sft = summary["sft"]
+    assert sft["demonstrations"] == DATA["synthetic"]["demonstrations"]
+    assert sft["chosen_from_pairs"] == len(train_pairs)  # base.sft.chosen_from_pairs is on by default
+    assert sft["examples"] == sft["demonstrations"] + sft["chosen_from_pairs"] - sum(sft["skipped"].values())
+
+
+def test_chosen_replies_are_the_training_pairs_and_never_test_pairs(data_dir: Path, tmp_path: Path) -> None:
+    rows = chosen_replies(data_dir / "pairs_train.jsonl")
+    train = [json.loads(x) for x in (data_dir / "pairs_train.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["response"]) for r in rows] == [(p["prompt"], p["chosen"]) for p in train]
+    with pytest.raises(ConfigError, match="chosen_from_pairs"):
+        chosen_replies(tmp_path / "pairs_train.jsonl")
 
 
 def test_pretrained_folder_reproduces_greedy_accuracy(scratch, data_dir: Path, tmp_path: Path) -> None:

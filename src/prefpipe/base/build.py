@@ -77,6 +77,19 @@ def make_model(
     return model, tokenizer, {"pretrained": cfg.pretrained, "pretrained_path": source, "pad_added": pad_added}
 
 
+def chosen_replies(pairs_path: Path) -> list[dict]:
+    """The training pairs' (prompt, chosen) as SFT rows; an HH-style base has read the preferred replies."""
+    if not pairs_path.exists():
+        raise ConfigError(
+            f"base.sft.chosen_from_pairs is true but {pairs_path} does not exist; set it to false when there are "
+            "no training pairs"
+        )
+    return [
+        {"id": f"chosen:{row.get('id', i)}", "prompt": row["prompt"], "response": row["chosen"]}
+        for i, row in enumerate(read_jsonl(pairs_path))
+    ]
+
+
 def build(
     cfg: BaseSettings, data_dir: Path, out: Path, record: RunRecord, pretrained: str | None = None
 ) -> dict[str, Any]:
@@ -91,11 +104,16 @@ def build(
     sft_summary: dict[str, Any] = {"enabled": sft_cfg.enabled}
     if sft_cfg.enabled:
         t0 = time.time()
-        data = encode_demonstrations(
-            tokenizer, read_jsonl(data_dir / "demonstrations.jsonl"), sft_cfg.max_length
-        )
+        rows = read_jsonl(data_dir / "demonstrations.jsonl")
+        chosen = chosen_replies(data_dir / "pairs_train.jsonl") if sft_cfg.chosen_from_pairs else []
+        data = encode_demonstrations(tokenizer, rows + chosen, sft_cfg.max_length)
         log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
-        sft_summary |= {"examples": len(data.examples), "skipped": dict(data.skipped)}
+        sft_summary |= {
+            "examples": len(data.examples),
+            "demonstrations": len(rows),
+            "chosen_from_pairs": len(chosen),
+            "skipped": dict(data.skipped),
+        }
         sft_summary |= train_sft(model, data, sft_cfg, tokenizer.pad_token_id, seed, log_step=record.log)
         timings["sft_s"] = time.time() - t0
     model.eval()

@@ -34,6 +34,7 @@ class SFTSettings:
     weight_decay: float
     grad_clip: float
     max_length: int
+    chosen_from_pairs: bool  # also train on the chosen replies of the training preference pairs
 
 
 @dataclass
