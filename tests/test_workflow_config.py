@@ -148,7 +148,12 @@ def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
 )
 def test_the_ablation_job_reads_the_evaluations_of_its_rows(tmp_path, only, inputs):
     workdir = _workflow_copy(tmp_path)
-    result = _dry_run(workdir, "--configfile", _write_override(workdir, {"reward": {"only": only}}))
+    # GRPO runs whose reward model the narrowed list drops (rm_bt) are left out with grpo.only
+    override = {
+        "reward": {"only": only},
+        "grpo": {"only": None if only is None else ["verifier", "gpm", "bgpm_risk"]},
+    }
+    result = _dry_run(workdir, "--configfile", _write_override(workdir, override))
     assert result.returncode == 0, result.stderr + result.stdout
     blocks = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("ablation:")]
     assert len(blocks) == (1 if inputs else 0)

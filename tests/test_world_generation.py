@@ -108,7 +108,7 @@ def test_counts_per_subset_and_summary(world_dir: Path) -> None:
     for split, key in (("train", "pairs_per_subset_train"), ("test", "pairs_per_subset_test")):
         counts = Counter(r["subset"] for r in rows(world_dir, f"pairs_{split}"))
         expected = {s: SYNTH[key] for names in SECTIONS.values() for s in names}
-        expected["chathard-tradeoff"] = 3 * (SYNTH[key] // 3)  # whole triples
+        expected["chathard-tradeoff"] = 3 * max(1, SYNTH[key] // 3)  # whole triples
         expected["cyclic-rps"] = 3 * SYNTH[f"cyclic_triples_{split}"]
         assert counts == expected
         assert summary["subsets"][split] == expected

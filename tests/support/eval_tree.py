@@ -30,7 +30,7 @@ SUBSET_SIZES = {
 def config_table() -> SectionTable:
     """The section table the eval stage builds for the synthetic benchmark (data.sections of config.yaml)."""
     data = data_settings()
-    return build_section_table(data.sections, data.cyclic_subsets, xstest_weights="official_code")
+    return build_section_table(data.sections, data.cyclic_subsets, xstest_weights="official")
 
 
 def subsets_column() -> list[str]:

@@ -154,9 +154,9 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
                 key,
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
-    tradeoff = synthetic_tradeoff.split_keys(
-        cfg.pairs_per_subset_train // 3,
-        cfg.pairs_per_subset_test // 3,
+    tradeoff = synthetic_tradeoff.split_keys(  # whole triples, at least one, so the subset always exists
+        max(1, cfg.pairs_per_subset_train // 3),
+        max(1, cfg.pairs_per_subset_test // 3),
         _rng(seed, "tradeoff"),
         "pairs_per_subset_train/test",
     )
