@@ -395,6 +395,8 @@ class GRPOTrainer:
         return {"metrics": self.metric_rows, "samples": self.sample_rows, "ref_cache": self.ref_cache}
 
     def _save_checkpoint(self, next_step: int) -> None:
+        if not self.dp.is_main:  # every process holds the same weights and optimizer state
+            return
         save_train_state(
             self.checkpoint_dir, self.policy, self.optimizer, next_step, self.fingerprint, self._records()
         )
@@ -424,7 +426,7 @@ class GRPOTrainer:
                     group["lr"] = self._lr(step)
                 t0 = time.perf_counter()
                 batch, metrics = self._rollout(step)
-                if step in cfg.inspect_steps:
+                if step in cfg.inspect_steps and self.dp.is_main:
                     self._save_inspection(step, batch)
                 t1 = time.perf_counter()
                 metrics.update(self._update(batch))
@@ -441,11 +443,11 @@ class GRPOTrainer:
                 )
                 row = {"step": step, **metrics}
                 self.metric_rows.append(row)
-                if step in cfg.inspect_steps:
+                if step in cfg.inspect_steps and self.dp.is_main:
                     inspect_record.finish_step(self.out_dir, step, row)
                 if self.record is not None:
                     self.record.log(**row)
-                if cfg.sample_every and step % cfg.sample_every == 0:
+                if cfg.sample_every and step % cfg.sample_every == 0 and self.dp.is_main:
                     self.sample_rows.extend(self._samples(step, batch))
                     write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
                 log.info(
@@ -458,6 +460,9 @@ class GRPOTrainer:
                 )
                 if on_step_end is not None:
                     on_step_end(step, row)
+                # every process stops at the same step when any one was signalled (max: the signal number)
+                if self.dp.enabled:
+                    self.stop.signum = int(self.dp.max(torch.tensor(self.stop.signum or 0))) or None
                 if self.stop.requested:
                     self._save_checkpoint(step + 1)
                     raise Preempted(
@@ -467,7 +472,8 @@ class GRPOTrainer:
                     )
                 if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
                     self._save_checkpoint(step + 1)
-        write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
+        if self.dp.is_main:
+            write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
         return self.summary(start)
 
     def summary(self, resumed_from: int) -> dict[str, Any]:
