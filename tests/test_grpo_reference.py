@@ -91,6 +91,12 @@ def test_fresh_lora_reference_equals_base_model_and_stays_fixed(tok, tmp_path):
         base_logp, _ = completion_logprobs(base, ids, att, 3, TEMPERATURE)
     model = _lora(base)
     trainer = make_trainer(model, tok, "fresh", tmp_path, beta=0.1)
+    # a reward that differs within every group (random tiny models rarely write digits), so the policy moves
+    trainer.rewards = [
+        WeightedReward(
+            "length", 1.0, lambda inputs: torch.tensor([len(t) / 10.0 for t in inputs.completions])
+        )
+    ]
     assert trainer.reference.via_disable_adapter
     assert torch.equal(trainer.reference.logprobs(ids, att, 3, TEMPERATURE), base_logp)
     metrics = trainer._update(trainer._rollout(0)[0])

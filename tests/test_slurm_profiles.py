@@ -121,11 +121,15 @@ def test_config_pins_a_partition_and_sets_gpu_counts(tmp_path):
 
 
 def test_single_process_stage_refuses_several_gpus(tmp_path):
-    """train_grpo runs one process: several GPUs would sit idle, so even a dry run stops with the reason."""
+    """eval_policy runs one process: several GPUs would sit idle, so even a dry run stops with the reason;
+    train_grpo spreads over them (accelerate launch, one node)."""
     workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
-    result = _snakemake(workdir, "-n", "--profile", "slurm", "--set-resources", "train_grpo:gpu=2")
+    result = _snakemake(workdir, "-n", "--profile", "slurm", "--set-resources", "eval_policy:gpu=2")
     assert result.returncode != 0
-    assert "train_grpo asks for gpu=2" in result.stdout + result.stderr
+    assert "eval_policy asks for gpu=2" in result.stdout + result.stderr
+    result = _snakemake(workdir, "-n", "-p", "--profile", "slurm", "--set-resources", "train_grpo:gpu=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "accelerate launch --multi_gpu --num_processes 2 -m prefpipe.train_grpo" in result.stdout
 
 
 def _unknown_rule_names(workdir: Path, rules: set[str]) -> dict[str, list[str]]:

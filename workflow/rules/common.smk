@@ -18,7 +18,9 @@ from prefpipe.settings.pipeline import PipelineSettings
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs.
 SETTINGS = PipelineSettings.from_config(config)
-RESULTS = SETTINGS.results_dir  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
+RESULTS = (
+    SETTINGS.results_dir
+)  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
 
 
 def stage_config(settings, threads):
@@ -216,15 +218,16 @@ def single_process(rule_name, gpus):
     if gpus and int(gpus) > 1:
         raise ValueError(
             f"{rule_name} asks for gpu={gpus}, but its stage runs one process on one GPU; "
-            "only train_reward_model spreads over several GPUs (accelerate launch)"
+            "only train_reward_model and train_grpo spread over several GPUs (accelerate launch)"
         )
     return "python -m"
 
 
-def launcher(gpus):
-    """`python -m` for one process; `accelerate launch` with one process per GPU when a rule gets several."""
+def launcher(gpus, accelerate_cfg=None):
+    """`python -m` for one process; `accelerate launch` with one process per GPU when a rule gets several
+    (train_reward_model: launch.accelerate_config's DDP or DeepSpeed; train_grpo: plain data parallel).
+    """
     if gpus and int(gpus) > 1:
-        accelerate_cfg = SETTINGS.accelerate_config
         cfg_flag = (
             f" --config_file {shlex.quote(accelerate_cfg)}"
             if accelerate_cfg

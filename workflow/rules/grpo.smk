@@ -35,9 +35,11 @@ rule train_grpo:
         mem_mb=lambda wildcards, attempt: res("train_grpo", "mem_mb") * attempt,
         runtime=lambda wildcards, attempt: res("train_grpo", "runtime") * attempt,
         gpu=res("train_grpo", "gpu"),
+        # data parallel over the GPUs of one node (accelerate launch, one process per GPU): --nodes=1.
+        nodes=1,
     params:
         src=SRC,
-        launch=lambda wildcards, resources: single_process("train_grpo", resources.gpu),
+        launch=lambda wildcards, resources: launcher(resources.gpu),
         cfg=lambda wildcards, threads: stage_config(
             SETTINGS.grpo[wildcards.run], threads
         ),

@@ -42,7 +42,9 @@ rule train_reward_model:
         ),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
         out=lambda wildcards, output: os.path.dirname(output.summary),
-        launch=lambda wildcards, resources: launcher(resources.gpu),
+        launch=lambda wildcards, resources: launcher(
+            resources.gpu, SETTINGS.accelerate_config
+        ),
         backbone=lambda wildcards, input: model_path(
             *reward_backbone_ref(wildcards.variant), input
         ),

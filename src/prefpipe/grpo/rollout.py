@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.chat import format_prompt, has_chat_template
+from prefpipe.grpo.sampling import decode
 
 
 @dataclass
@@ -129,8 +130,64 @@ def generate(
     group_size: int,
     settings: GenerationSettings,
     max_prompt_length: int | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> Rollout:
-    """Sample group_size completions for each prompt (eval mode, no grad; training mode restored after)."""
+    """Sample group_size completions for each prompt (eval mode, no grad; training mode restored after).
+
+    Runs prefpipe.grpo.sampling.decode (prompt prefilled once per group, finished rows dropped). `uniforms`
+    (N, max_new_tokens) fixes the samples; None draws them from torch's global generator."""
+    batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
+    device = next(model.parameters()).device
+    n = batch.input_ids.shape[0] * group_size
+    if settings.do_sample and uniforms is None:
+        uniforms = torch.rand(n, settings.max_new_tokens)
+    eos_ids = eos_token_ids(tokenizer, model)
+    was_training = model.training
+    model.eval()
+    try:
+        completion_ids = decode(
+            model,
+            batch.input_ids.to(device),
+            batch.attention_mask.to(device),
+            group_size,
+            settings.max_new_tokens,
+            eos_ids,
+            pad_token_id(tokenizer),
+            uniforms.to(device) if settings.do_sample else None,
+            settings.temperature,
+            settings.top_k,
+            settings.top_p,
+        )
+    finally:
+        model.train(was_training)
+    return _rollout(tokenizer, batch, group_size, completion_ids, eos_ids, device)
+
+
+def _rollout(tokenizer, batch: PromptBatch, group_size: int, completion_ids, eos_ids, device) -> Rollout:
+    mask, has_eos = completion_mask(completion_ids, eos_ids)
+    return Rollout(
+        prompt_ids=batch.input_ids.repeat_interleave(group_size, dim=0).to(device),
+        prompt_mask=batch.attention_mask.repeat_interleave(group_size, dim=0).to(device),
+        completion_ids=completion_ids,
+        completion_mask=mask,
+        env_mask=torch.ones_like(mask),
+        truncated=~has_eos,
+        prompt_truncated=batch.truncated.repeat_interleave(group_size),
+        texts=decode_completions(tokenizer, completion_ids, mask),
+    )
+
+
+@torch.no_grad()
+def generate_hf(
+    model,
+    tokenizer,
+    prompts: list[str],
+    group_size: int,
+    settings: GenerationSettings,
+    max_prompt_length: int | None = None,
+) -> Rollout:
+    """The plain path: `model.generate` over all G copies of each prompt (kept for equivalence tests and
+    benchmarks; `generate` is the fast path)."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
     prompt_ids = batch.input_ids.repeat_interleave(group_size, dim=0).to(device)
@@ -152,15 +209,4 @@ def generate(
     finally:
         model.train(was_training)
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    completion_ids = sequences[:, prompt_ids.shape[1] :]
-    mask, has_eos = completion_mask(completion_ids, eos_ids)
-    return Rollout(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        completion_ids=completion_ids,
-        completion_mask=mask,
-        env_mask=torch.ones_like(mask),
-        truncated=~has_eos,
-        prompt_truncated=batch.truncated.repeat_interleave(group_size),
-        texts=decode_completions(tokenizer, completion_ids, mask),
-    )
+    return _rollout(tokenizer, batch, group_size, sequences[:, prompt_ids.shape[1] :], eos_ids, device)

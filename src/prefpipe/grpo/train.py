@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_io import load_policy, save_policy
 from prefpipe.grpo.prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.rewards import answer_reward_keys, build_rewards
@@ -33,11 +33,6 @@ log = logging.getLogger("prefpipe.train_grpo")
 
 
 def run(cfg: GrpoSettings, args: argparse.Namespace) -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(
-            "train_grpo is a single-process trainer: run it with `python -m` (one GPU or CPU), "
-            "not under `accelerate launch` with several processes"
-        )
     if cfg.uses_reward_model() and not args.reward_model:
         raise ConfigError(f"grpo run {cfg.run!r} has a reward_model reward but no --reward-model was given")
     if cfg.torch_threads:
@@ -56,7 +51,8 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
             f"{', '.join(needs_answers)} of run {cfg.run!r} needs prompt answers, but the RL prompts have none "
             "(data.prompts.verifier: none): use reward_model (or format) rewards only"
         )
-    policy, tokenizer, lora_state = load_policy(args.policy, cfg.lora, cfg.dtype, cfg.device)
+    dp = DataParallel()  # under `accelerate launch`: one process per GPU (or gloo processes on CPU)
+    policy, tokenizer, lora_state = load_policy(args.policy, cfg.lora, cfg.dtype, dp.device(cfg.device))
     reward_model = None
     if cfg.uses_reward_model():
         from prefpipe.reward.model import load_reward_model
@@ -70,8 +66,8 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
         {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
-    record = RunRecord(out, "train_grpo", cfg_dict)
-    trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp)
+    record = RunRecord(out, "train_grpo", cfg_dict) if dp.is_main else None
+    trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp, dp)
     trainer.policy_source = str(args.policy)
     log.info(
         "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
@@ -83,6 +79,9 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
         type(trainer.reference).__name__,
     )
     summary = trainer.train()
+    summary["processes"] = dp.world_size
+    if not dp.is_main:
+        return summary
     save_policy(policy, tokenizer, out / "policy", merge_lora=cfg.save_merged)
     if not cfg.keep_checkpoint and trainer.checkpoint_dir.exists():
         shutil.rmtree(trainer.checkpoint_dir)

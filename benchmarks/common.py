@@ -1,0 +1,102 @@
+"""Shared by the benchmark scripts: run workers as child processes alternately (prefpipe, peer, prefpipe,
+peer, ...) so both see the same machine load, collect each child's per-unit CPU seconds, print medians and the
+ratio with its spread, and write JSON under results/benchmarks/.
+
+CPU seconds (time.process_time in the child, over the timed units only) are the figure: the machine is shared,
+wall time moves with other people's jobs, CPU time much less. Every child runs with OMP_NUM_THREADS=1."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "benchmarks"
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        WANDB_MODE="disabled",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)]),
+        CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", ""),
+    )
+    return env
+
+
+def run_worker(script: str, args: dict) -> dict:
+    """Run `python script --worker JSON` and return the JSON its last stdout line holds."""
+    cmd = [sys.executable, script, "--worker", json.dumps(args)]
+    res = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=3600)
+    if res.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{res.stderr[-4000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def interleaved(script: str, case: dict, sides: tuple[str, ...], rounds: int) -> dict[str, list[float]]:
+    """Per side, one value per round (the worker's median per-unit CPU seconds), sides alternating."""
+    values: dict[str, list[float]] = {s: [] for s in sides}
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else tuple(reversed(sides))
+        for side in order:
+            values[side].append(run_worker(script, {**case, "side": side})["value"])
+    return values
+
+
+def summarise(values: dict[str, list[float]], ours: str, peer: str, lower_is_better: bool) -> dict:
+    """Medians and the ratio (peer/ours for times, ours/peer for rates) per round, with min and max."""
+    ratios = [(p / o if lower_is_better else o / p) for o, p in zip(values[ours], values[peer], strict=True)]
+    return {
+        "ours_median": statistics.median(values[ours]),
+        "peer_median": statistics.median(values[peer]),
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "rounds": len(ratios),
+        "values": values,
+    }
+
+
+def table(rows: list[dict], unit: str, peer_name: str) -> str:
+    head = f"| case | prefpipe ({unit}) | {peer_name} ({unit}) | speed-up (median [min, max] over rounds) |"
+    lines = [head, "|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['ours_median']:.4g} | {r['peer_median']:.4g} | "
+            f"{r['ratio_median']:.2f}x [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}] |"
+        )
+    return "\n".join(lines)
+
+
+def write(name: str, payload: dict) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    payload = {
+        **payload,
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"python": platform.python_version(), "cpu": platform.processor(), "threads": 1},
+    }
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def cpu_units(fn, n_units: int, warmup: int = 1) -> list[float]:
+    """CPU seconds of each of n_units calls of fn() after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n_units):
+        t0 = time.process_time()
+        fn()
+        out.append(time.process_time() - t0)
+    return out

@@ -1,0 +1,85 @@
+"""Unpadded micro-batches for the GRPO forward/backward: the same spans (`grpo/spans.py`), fewer tokens.
+
+A rollout row is [prompt left padding][prompt][completion][padding after EOS]; within a micro-batch every
+row is as wide as the longest prompt plus the longest completion, and rows whose loss mask is empty (cut-off
+completions under `mask_truncated_completions`) are forwarded for nothing. `pack_span` keeps only rows with a
+loss token and lays each one out as [padding][prompt][completion up to its last loss token], right-aligned to
+the longest such row, so a micro-batch is as wide as its longest real sequence. Completion token j of a row
+with c completion tokens then sits at scored position C - c + j (C = the span's n_completion);
+`PackedSpan.align` gathers the log-probs back to the span's layout (token j in column j), so losses, masks
+and metrics see exactly what the padded layout gives (to float tolerance; tests compare them).
+
+The row partition into micro-batches is untouched (bnpo normalises per micro-batch), only columns and empty
+rows go. `with_prompt` (a debugging switch) keeps the padded layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from prefpipe.grpo.rollout import Rollout
+from prefpipe.grpo.spans import Span
+
+
+@dataclass
+class PackedSpan:
+    span: Span
+    rows: torch.Tensor  # (k,) rollout rows kept (each has a loss token)
+    input_ids: torch.Tensor  # (k, W) right-aligned, left padded
+    attention_mask: torch.Tensor  # (k, W)
+    mask: torch.Tensor  # (k, C) loss mask in the span's layout
+    index: torch.Tensor  # (k, C) scored position of completion token j
+    n_scored: int  # C
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.input_ids, self.attention_mask
+
+    def align(self, values: torch.Tensor) -> torch.Tensor:
+        """(k, C) values at scored positions -> completion token j in column j (gradient flows)."""
+        return values.gather(1, self.index)
+
+
+def pack_span(rollout: Rollout, span: Span, pad_id: int) -> PackedSpan | None:
+    """The unpadded form of a completion-mode span (None: no row carries loss)."""
+    if span.n_scored != span.n_completion:
+        raise ValueError("pack_span handles completion-mode spans only (mask_mode: completion)")
+    C = span.n_completion
+    start = span.rows.start
+    has_loss = span.mask.sum(dim=1) > 0
+    local = has_loss.nonzero().squeeze(-1)
+    if local.numel() == 0:
+        return None
+    rows = local + start
+    mask = span.mask[local]
+    cols = torch.arange(C, device=mask.device)
+    c = (
+        (torch.where(mask.bool(), cols + 1, torch.zeros_like(cols))).max(dim=1).values
+    )  # up to last loss token
+    prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
+    P = prompt_ids.shape[1]
+    p = prompt_mask.sum(dim=1)
+    W = int((p + c).max())
+    seq = torch.cat([prompt_ids, rollout.completion_ids[rows, :C]], dim=1)
+    src = (P + c - W)[:, None] + torch.arange(W, device=seq.device)[None, :]
+    real = src >= (P - p)[:, None]
+    input_ids = torch.where(real, seq.gather(1, src.clamp(min=0)), torch.full_like(src, pad_id))
+    index = (C - c)[:, None] + cols[None, :]
+    return PackedSpan(
+        span=span,
+        rows=rows,
+        input_ids=input_ids,
+        attention_mask=real.long(),
+        mask=mask,
+        index=index.clamp(max=C - 1),
+        n_scored=C,
+    )
+
+
+def plain_span(rollout: Rollout, span: Span) -> PackedSpan:
+    """A span in the padded layout, behind the same interface (with_prompt spans; tests' reference path)."""
+    input_ids, attention_mask = span.inputs(rollout)
+    rows = torch.arange(span.rows.start, span.rows.stop, device=input_ids.device)
+    index = torch.arange(span.n_scored, device=input_ids.device).expand(rows.numel(), -1)
+    return PackedSpan(span, rows, input_ids, attention_mask, span.mask, index.contiguous(), span.n_scored)

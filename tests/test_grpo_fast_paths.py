@@ -1,0 +1,171 @@
+"""The optimised GRPO paths give what the plain ones give on the same batch: the lean decode loop vs
+`model.generate` (greedy), compaction vs none (sampling), inverse-CDF sampling vs the categorical it samples,
+unpadded micro-batches vs the padded layout (log-probs, losses, gradients), fused AdamW vs the plain loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings
+
+from prefpipe.grpo.logprobs import completion_logprobs
+from prefpipe.grpo.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.packing import pack_span, plain_span
+from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf, pad_token_id, tokenize_prompts
+from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
+from prefpipe.grpo.spans import loss_spans
+from prefpipe.grpo.trainer import make_adamw
+
+PROMPTS = ["What is 2 plus 3?", "Say yes.", "Say no please, now.", "Repeat cat:"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return chat_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    torch.manual_seed(0)
+    return tiny_llama(tok, seed=0).eval()
+
+
+def _frequent_token(model, tok) -> int:
+    """A token the random model emits often, used as EOS so that rows finish at different steps."""
+    ro = generate_hf(model, tok, PROMPTS, 2, GenerationSettings(12, do_sample=False))
+    values, counts = ro.completion_ids[:, 1:].flatten().unique(return_counts=True)
+    return int(values[counts.argmax()])
+
+
+def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, tok):
+    eos = _frequent_token(model, tok)
+    batch = tokenize_prompts(tok, PROMPTS, None)
+    G = 3
+    ours = decode(model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None)
+    plain = model.generate(
+        input_ids=batch.input_ids.repeat_interleave(G, 0),
+        attention_mask=batch.attention_mask.repeat_interleave(G, 0),
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=pad_token_id(tok),
+        eos_token_id=[eos],
+    )[:, batch.input_ids.shape[1] :]
+    assert (ours == eos).any(dim=1).sum() >= 2, "some rows must finish early for the test to mean anything"
+    assert torch.equal(ours, plain)
+
+
+def test_fast_generate_matches_generate_hf_greedy(model, tok):
+    g = GenerationSettings(10, do_sample=False)
+    a, b = generate(model, tok, PROMPTS, 2, g), generate_hf(model, tok, PROMPTS, 2, g)
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
+    assert torch.equal(a.completion_mask, b.completion_mask) and torch.equal(a.prompt_ids, b.prompt_ids)
+
+
+def test_sampling_does_not_depend_on_compaction_or_the_rest_of_the_batch(model, tok):
+    eos = _frequent_token(model, tok)
+    batch = tokenize_prompts(tok, PROMPTS, None)
+    G, T = 4, 10
+    u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(1))
+    args = (G, T, [eos], pad_token_id(tok))
+    compact = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
+    plain = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0, compact=False)
+    assert (compact == eos).any(dim=1).sum() >= 2
+    assert torch.equal(compact, plain)
+    # the last two prompts alone (a data-parallel process's share) draw the same tokens for their rows
+    part = decode(model, batch.input_ids[2:], batch.attention_mask[2:], *args, u[2 * G :], 0.9, 0, 1.0)
+    assert torch.equal(part, compact[2 * G :, : part.shape[1]])
+    assert (compact[2 * G :, part.shape[1] :] == pad_token_id(tok)).all()
+
+
+def test_inverse_cdf_sampling_picks_the_first_token_reaching_u():
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+    for u, want in ((0.0, 0), (0.05, 0), (0.1, 0), (0.11, 1), (0.3, 1), (0.31, 2), (0.61, 3), (0.9999, 3)):
+        assert int(inverse_cdf_sample(probs, torch.tensor([u]))) == want
+    # frequencies over many uniforms follow the probabilities (independent check with a fixed draw)
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0))
+    picks = inverse_cdf_sample(probs.expand(len(u), -1), u)
+    freq = torch.bincount(picks, minlength=4).float() / len(u)
+    assert torch.allclose(freq, probs[0], atol=0.005)
+
+
+def test_top_k_and_top_p_filters_keep_the_expected_tokens():
+    logits = torch.log(torch.tensor([[0.05, 0.4, 0.15, 0.3, 0.1]]))
+    kept_k = torch.isfinite(filter_logits(logits, 2, 1.0))[0].tolist()
+    assert kept_k == [False, True, False, True, False]
+    kept_p = torch.isfinite(filter_logits(logits, 0, 0.8))[0].tolist()  # 0.4 + 0.3 + 0.15 reaches 0.8
+    assert kept_p == [False, True, True, True, False]
+
+
+def _rollout(model, tok):
+    torch.manual_seed(3)
+    ro = generate(model, tok, PROMPTS, 4, GenerationSettings(8, temperature=1.0))
+    # make the rollout uneven: some completions end early (EOS at a different step per row), some truncated
+    eos = pad_token_id(tok)
+    ids = ro.completion_ids.clone()
+    for r in range(ids.shape[0]):
+        if r % 3 != 2:
+            ids[r, 1 + r % 6] = eos
+            ids[r, 2 + r % 6 :] = eos
+    from prefpipe.grpo.rollout import completion_mask
+
+    mask, has_eos = completion_mask(ids, [eos])
+    ro.completion_ids, ro.completion_mask, ro.truncated = ids, mask, ~has_eos
+    ro.env_mask = torch.ones_like(mask)
+    return ro
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_unpadded_micro_batches_give_the_padded_losses_and_gradients(model, tok, loss_type, mask_truncated):
+    ro = _rollout(model, tok)
+    spans = loss_spans(ro, "completion", mask_truncated, 5)
+    n = ro.completion_ids.shape[0]
+    adv = torch.linspace(-1.0, 1.0, n)
+    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), 8)
+    results = []
+    for build in (lambda sp: plain_span(ro, sp), lambda sp: pack_span(ro, sp, pad_token_id(tok))):
+        model.zero_grad()
+        losses, logps = [], []
+        for sp in spans:
+            mb = build(sp)
+            logp = mb.align(completion_logprobs(model, *mb.inputs(), mb.n_scored, 0.7)[0])
+            ref = logp.detach() + 0.05
+            out = grpo_loss(
+                logp, logp.detach() - 0.01, adv[mb.rows], mb.mask, norms, loss_type=loss_type,
+                eps_low=0.2, eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=20.0,
+            )  # fmt: skip
+            out.loss.backward()
+            losses.append(out.loss.detach())
+            full = torch.zeros(n, mb.n_scored)
+            full[mb.rows] = logp.detach() * mb.mask
+            logps.append(full)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((torch.stack(losses).sum(), logps, grads))
+    (loss_a, logp_a, grad_a), (loss_b, logp_b, grad_b) = results
+    assert torch.allclose(loss_a, loss_b, atol=1e-6, rtol=1e-5)
+    for a, b in zip(logp_a, logp_b, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert torch.allclose(grad_a, grad_b, atol=1e-6, rtol=1e-4)
+    packed = [pack_span(ro, sp, pad_token_id(tok)) for sp in spans]
+    plain_tokens = sum(plain_span(ro, sp).input_ids.numel() for sp in spans)
+    assert sum(p.input_ids.numel() for p in packed) < plain_tokens  # it does drop padding
+
+
+def test_fused_adamw_steps_like_the_plain_loop(tok):
+    cfg = grpo_settings({"learning_rate": 1e-2, "weight_decay": 0.01})
+    ref_model, fast_model = tiny_llama(tok, seed=1), tiny_llama(tok, seed=1)
+    plain = torch.optim.AdamW(
+        list(ref_model.parameters()), lr=cfg.learning_rate, betas=cfg.adam_betas,
+        weight_decay=cfg.weight_decay, foreach=False,
+    )  # fmt: skip
+    fast = make_adamw(list(fast_model.parameters()), cfg)
+    assert fast.defaults.get("fused") or fast.defaults.get("foreach")
+    ids = torch.randint(0, 100, (3, 7), generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        for m, opt in ((ref_model, plain), (fast_model, fast)):
+            opt.zero_grad()
+            m(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+    for a, b in zip(ref_model.parameters(), fast_model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
