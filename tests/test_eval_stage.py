@@ -69,9 +69,13 @@ def test_stage_writes_per_benchmark_and_aggregate_outputs(tmp_path, data_dir, sh
     assert summary["primary_benchmark"] == "synthetic" and summary["model"] == "length-rule"
     assert set(summary["benchmarks"]) == {"synthetic", "real"}
     for key in ("subsets", "sections", "overall", "overall_definition", "cyclic", "calibration",
-                "pairs_per_second", "n_pairs"):  # fmt: skip
+                "n_pairs"):  # fmt: skip
         assert summary[key] == summary["benchmarks"]["synthetic"][key]
     assert top["n_pairs"] == 24
+    # Timing lives in timing.json: summary.json holds results only (two runs give the same bytes).
+    assert "wall_time_s" not in summary and "pairs_per_second" not in summary["benchmarks"]["real"]
+    timing = json.loads((out / "timing.json").read_text())
+    assert set(timing["benchmarks"]) == {"synthetic", "real"} and timing["wall_time_s"] > 0
     synth = summary["benchmarks"]["synthetic"]
     assert synth["data"]["rows_in"] == 25 and synth["data"]["rows_kept"] == 24
     assert synth["data"]["dropped"] == {"empty_chosen": 1}

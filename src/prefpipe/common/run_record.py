@@ -142,8 +142,20 @@ class RunRecord:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
 
-    def finish(self, summary: dict[str, Any] | None = None, name: str = "summary.json") -> None:
-        payload = {"stage": self.stage, "wall_time_s": round(time.time() - self.start, 3), **(summary or {})}
+    def finish(
+        self,
+        summary: dict[str, Any] | None = None,
+        name: str = "summary.json",
+        timing: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the summary. With `timing` (a dict, possibly empty), the wall time and those figures go to
+        timing.json instead, so the summary holds only results and two runs give byte-identical files."""
+        wall = {"wall_time_s": round(time.time() - self.start, 3)}
+        if timing is None:
+            payload = {"stage": self.stage, **wall, **(summary or {})}
+        else:
+            payload = {"stage": self.stage, **(summary or {})}
+            atomic_write_json(self.out_dir / "timing.json", to_jsonable({**wall, **timing}))
         payload = redact(to_jsonable(payload))
         atomic_write_json(self.out_dir / name, payload)
         if self._wandb is not None:

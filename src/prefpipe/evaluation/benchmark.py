@@ -62,6 +62,9 @@ PER_EXAMPLE_COLUMNS = (
     "length_rejected",
 )
 
+# Speed figures of a scoring pass: the stage writes them to timing.json, not summary.json (reproducible bytes).
+TIMING_KEYS = ("pairs_per_second", "scoring_seconds")
+
 
 # Keys of a benchmark block in eval/<variant>/summary.json (the report imports them).
 N_PAIRS, HEAD_TYPE, CALIBRATION = "n_pairs", "head_type", "calibration"

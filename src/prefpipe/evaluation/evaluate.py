@@ -32,7 +32,12 @@ from prefpipe.evaluation.bench_data import (
     load_rewardbench2,
     resolve_split,
 )
-from prefpipe.evaluation.benchmark import evaluate_rewardbench2, evaluate_rows, write_parquet_atomic
+from prefpipe.evaluation.benchmark import (
+    TIMING_KEYS,
+    evaluate_rewardbench2,
+    evaluate_rows,
+    write_parquet_atomic,
+)
 from prefpipe.evaluation.pair_scoring import PairScorer
 from prefpipe.evaluation.sections import (
     DATA_MAP,
@@ -97,6 +102,7 @@ def evaluate_model(
     record = RunRecord(out_dir, "eval_rewardbench", to_mapping(cfg))
 
     per_benchmark: dict[str, dict[str, Any]] = {}
+    timing: dict[str, dict[str, Any]] = {}  # speed figures: timing.json, so summaries are reproducible bytes
     frames = []
     for name, (rows, load_report, fmt, table) in loaded.items():
         log.info("benchmark %s (%s): %d rows from %s", name, fmt, len(rows), load_report["source"])
@@ -112,6 +118,7 @@ def evaluate_model(
             seed=cfg.seed,
         )
         summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
+        timing[name] = {key: summary.pop(key, None) for key in TIMING_KEYS}
         write_parquet_atomic(frame, out_dir / name / "per_example.parquet")
         atomic_write_json(out_dir / name / "summary.json", redact(summary))
         frames.append(frame.assign(benchmark=name))
@@ -121,14 +128,14 @@ def evaluate_model(
             n_pairs=summary["n_pairs"],
             overall=summary["overall"],
             ece=summary["calibration"]["ece"],
-            pairs_per_second=summary["pairs_per_second"],
+            pairs_per_second=timing[name]["pairs_per_second"],
         )
         log.info(
             "benchmark %s: overall %s, ECE %.4f, %.1f pairs/s",
             name,
             summary["overall"],
             summary["calibration"]["ece"],
-            summary["pairs_per_second"] or 0.0,
+            timing[name]["pairs_per_second"] or 0.0,
         )
 
     write_parquet_atomic(pd.concat(frames, ignore_index=True), out_dir / "per_example.parquet")
@@ -139,7 +146,7 @@ def evaluate_model(
         "model": model_label,
         BENCHMARKS: per_benchmark,
     }
-    record.finish(top)
+    record.finish(top, timing={"benchmarks": timing})
     return top
 
 
