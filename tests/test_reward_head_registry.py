@@ -45,8 +45,8 @@ class ZeroInitScalarHead(RewardHead):
         require(not settings.gate, "head.gate", "a scalar head has no prompt gate; set it to false")
 
     @classmethod
-    def from_settings(cls, settings, hidden_size: int) -> ZeroInitScalarHead:
-        return cls(hidden_size)
+    def from_settings(cls, settings, input_size: int, prompt_size: int) -> ZeroInitScalarHead:
+        return cls(input_size)
 
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"reward": self.value_head(h).squeeze(-1)}
