@@ -107,6 +107,7 @@ def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, t
         "micro_batch_size": 2,
         "learning_rate": 1e-3,
         "head_learning_rate": 0.1,
+        "head_fit": {"before_steps": 0, "after_steps": 0},  # the loop alone trains the head here
     }
     rm, settings = build(tiny_base, "zero_scalar", head={"gate": False}, train=train)
     assert isinstance(rm.head, zero_head) and rm.scalar_reward and not rm.bayesian

@@ -92,8 +92,11 @@ def fit_head(
     params = [p for p in rm.head.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=learning_rate)
     rm.head.train()
-    for _ in range(steps):
+    trace, every = [], max(1, steps // 10)
+    for i in range(steps):
         parts = pair_loss(rm, settings, feats, step)
+        if i % every == 0:
+            trace.append(round(float(parts.loss.detach()), 6))
         optimizer.zero_grad(set_to_none=True)
         parts.loss.backward()
         optimizer.step()
@@ -106,6 +109,7 @@ def fit_head(
         "loss_end": loss1,
         "accuracy_start": acc0,
         "accuracy_end": acc1,
+        "loss_trace": trace,  # the train-mode loss every steps/10 steps (Bayesian heads: on samples)
         "seconds": round(time.time() - t0, 3),
     }
 
