@@ -38,7 +38,7 @@ CYCLIC_TRAIN = {
 # cancel around a cycle, and on a near-character-level base the last-token state carries a reply's move only
 # weakly and entangled with its wording. The default recipe (issue 16) is tested as the run uses it: the head
 # also reads the response tokens' mean input embedding (backbone.embedding_features), standardised
-# (head.standardize), and is fitted full-batch on cached features before and after fine-tuning (train.head_fit);
+# (head.standardize), and is refitted full-batch on cached features after fine-tuning (train.head_fit);
 # only the number of fine-tuning steps is smaller. With the previous recipe (last-token state only, no head
 # fitting) the default run's GPM stayed at 0.55-0.59 on held-out cyclic pairs.
 WORLD_CYCLIC_TRAIN = {"steps": 40, "batch_size": 32, "micro_batch_size": 32}

@@ -3,8 +3,8 @@
 Why: a GPM score is skew-symmetric, so a head at its small random initialisation sits on a saddle for a
 preference cycle (the first-order gradients of a -> b, b -> c, c -> a cancel), and small batches show the cycle's
 pairs too rarely to leave it. One no-grad forward over all pairs, then Adam steps on the head over the whole
-set, gets there in seconds: before fine-tuning (off the saddle) and after it (the head refitted to the final
-backbone's features). The loss is the head's own training loss at a given optimizer step (a Bayesian head's KL
+set, gets there in seconds: after fine-tuning (the head refitted to the final backbone's features; the default)
+and optionally before it (before_steps). The loss is the head's own training loss at a given optimizer step (a Bayesian head's KL
 weight is the warm-up weight at that step).
 """
 
