@@ -45,8 +45,8 @@ class ZeroInitScalarHead(RewardHead):
         require(not settings.gate, "head.gate", "a scalar head has no prompt gate; set it to false")
 
     @classmethod
-    def from_settings(cls, settings, hidden_size: int) -> ZeroInitScalarHead:
-        return cls(hidden_size)
+    def from_settings(cls, settings, input_size: int, prompt_size: int) -> ZeroInitScalarHead:
+        return cls(input_size)
 
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"reward": self.value_head(h).squeeze(-1)}
@@ -107,6 +107,7 @@ def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, t
         "micro_batch_size": 2,
         "learning_rate": 1e-3,
         "head_learning_rate": 0.1,
+        "head_fit": {"before_steps": 0, "after_steps": 0},  # the loop alone trains the head here
     }
     rm, settings = build(tiny_base, "zero_scalar", head={"gate": False}, train=train)
     assert isinstance(rm.head, zero_head) and rm.scalar_reward and not rm.bayesian

@@ -81,7 +81,7 @@ def test_prompt_gate_is_scaled_softmax_summing_to_k():
 
 def test_gpm_head_normalises_and_gate_defaults_to_ones():
     torch.manual_seed(0)
-    head = GPMHead(hidden_size=8, dim=6, normalize=True, gate=False)
+    head = GPMHead(input_size=8, prompt_size=8, dim=6, normalize=True, gate=False)
     out = head(torch.randn(5, 8), torch.randn(5, 8))
     torch.testing.assert_close(out["embedding"].norm(dim=-1), torch.ones(5))
     assert torch.equal(out["gate"], torch.ones(5, 3))
@@ -164,7 +164,7 @@ def _bgpm_head(**bayes) -> BayesianGPMHead:
     """A Bayesian head with the bgpm variant's (design-note fixed) settings, `bayes` changed."""
     settings = dataclasses.replace(reward_settings(variant="bgpm").head.bayes, **bayes)
     torch.manual_seed(0)
-    return BayesianGPMHead(64, 6, normalize=True, gate=True, settings=settings)
+    return BayesianGPMHead(64, 64, 6, normalize=True, gate=True, settings=settings)
 
 
 def test_logvar_init_gives_initial_variance_about_0_1():

@@ -86,27 +86,67 @@ def test_posterior_mean_evaluation_is_deterministic(tiny_base):
         rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
 
 
-@pytest.mark.parametrize("head", ["bt", "gpm", "bgpm"])
-def test_save_load_round_trip_gives_identical_scores(tiny_base, tmp_path, head):
-    rm, _ = build_reward(tiny_base, head)
+@pytest.mark.parametrize(
+    ("head", "embedding_features"), [("bt", True), ("gpm", True), ("bgpm", True), ("gpm", False)]
+)
+def test_save_load_round_trip_gives_identical_scores(tiny_base, tmp_path, head, embedding_features):
+    """Weights, standardisation buffers and the head's input width (2H with embedding_features) survive."""
+    rm, _ = build_reward(tiny_base, head, backbone={"embedding_features": embedding_features})
+    hidden = rm.spec.hidden_size
+    width = 2 * hidden if embedding_features else hidden
+    assert rm.head.value_head.in_features == width
     with torch.no_grad():  # move the head away from its init so the check covers trained weights
         for p in rm.head.parameters():
             p.add_(0.05 * torch.randn_like(p))
+        rm.head.input_norm.fit(3.0 * torch.randn(50, width) + torch.linspace(-1, 1, width))
+    assert not torch.equal(rm.head.input_norm.mean, torch.zeros(width))
     rm.eval()
     expected = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
     folder = save_reward_model(rm, tmp_path / "model")
     loaded = load_reward_model(folder)
     assert loaded.head_type == head and loaded.tau == pytest.approx(0.1) and not loaded.training
+    assert (
+        loaded.head.value_head.in_features == width and loaded.spec.embedding_features is embedding_features
+    )
+    if getattr(loaded.head, "gate", None) is not None:  # the gate reads the prompt state: width H either way
+        assert loaded.head.gate.prompt_head.in_features == hidden
+    for name in ("mean", "inv_sd"):
+        assert torch.equal(getattr(loaded.head.input_norm, name), getattr(rm.head.input_norm, name))
     got = loaded.encode(PROMPTS, RESPONSES, batch_size=3)
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
     config = json.loads((folder / "head_config.json").read_text())
     assert config["head_type"] == head and config["pooling"] == "last" and config["max_length"] == 64
+    assert config["head_input_size"] == width and config["head"]["standardize"] is True
     assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
-    assert set(load_file(str(folder / "head.safetensors"))) == {
-        k[5:] for k in rm.state_dict() if k.startswith("head.")
-    }
+    assert (
+        set(load_file(str(folder / "head.safetensors")))
+        == {k[5:] for k in rm.state_dict() if k.startswith("head.")}
+        >= {"input_norm.mean", "input_norm.inv_sd"}
+    )
     assert not list(tmp_path.glob(".model.*"))  # no temp folder left behind
+
+
+def test_a_folder_saved_before_the_new_head_keys_loads_as_before(tiny_base, tmp_path):
+    """head_config.json without embedding_features / head.standardize / head_input_size: pooled state only."""
+    rm, _ = build_reward(
+        tiny_base, "gpm", backbone={"embedding_features": False}, head={"standardize": False}
+    )
+    rm.eval()
+    expected = rm.encode(PROMPTS, RESPONSES, batch_size=EVAL.batch_size)
+    folder = save_reward_model(rm, tmp_path / "model")
+    config = json.loads((folder / "head_config.json").read_text())
+    for key in ("embedding_features", "head_input_size"):
+        del config[key]
+    del config["head"]["standardize"]
+    (folder / "head_config.json").write_text(json.dumps(config))
+    loaded = load_reward_model(folder)
+    assert loaded.spec.head_input_size == loaded.spec.hidden_size and "input_norm" not in dict(
+        loaded.head.named_modules()
+    )
+    got = loaded.encode(PROMPTS, RESPONSES, batch_size=3)
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
 
 
 def test_lora_backbone_saves_adapter_and_reference_to_base(tiny_base, tmp_path):

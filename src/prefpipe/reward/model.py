@@ -23,7 +23,7 @@ from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
 from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import RewardHead, build_head
-from prefpipe.reward.pooling import gather_positions, pool
+from prefpipe.reward.pooling import gather_positions, mean_pool, pool, response_mask
 from prefpipe.settings.reward import BayesSettings, HeadSettings, RewardSettings
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,18 @@ class ModelSpec:
     backbone_format: str = "full"  # full | lora
     base_model: str | None = None  # LoRA: the base the adapter belongs to (as given)
     base_model_relpath: str | None = None  # LoRA: the base relative to the model folder, when local
+    # Folders saved before backbone.embedding_features: the head reads the pooled state only.
+    embedding_features: bool = False  # head input = [pooled state ; response-token mean of input embeddings]
+
+    @property
+    def head_input_size(self) -> int:
+        """Width of the head's response input (saved in head_config.json beside hidden_size)."""
+        return self.hidden_size * (2 if self.embedding_features else 1)
 
     def to_json(self, tokenizer: Any) -> dict[str, Any]:
         data = asdict(self)
         data["format_version"] = FORMAT_VERSION
+        data["head_input_size"] = self.head_input_size
         data["head_type"] = self.head.type
         data["tau"] = self.head.tau
         data["chat"] = {
@@ -67,11 +75,18 @@ class ModelSpec:
                 f"{HEAD_CONFIG}: format_version {data.get('format_version')!r}, expected {FORMAT_VERSION}"
             )
         head = dict(data["head"])
+        head.setdefault("standardize", False)  # folders saved before head.standardize
         bayes = head.pop("bayes", None)
         if bayes is not None:
             bayes["logvar_clamp"] = tuple(bayes["logvar_clamp"])
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "head" and k in data}
-        return cls(head=HeadSettings(**head, bayes=BayesSettings(**bayes) if bayes else None), **fields)
+        spec = cls(head=HeadSettings(**head, bayes=BayesSettings(**bayes) if bayes else None), **fields)
+        if data.get("head_input_size", spec.head_input_size) != spec.head_input_size:
+            raise ValueError(
+                f"{HEAD_CONFIG}: head_input_size {data['head_input_size']} does not match hidden_size "
+                f"{spec.hidden_size} with embedding_features {spec.embedding_features}"
+            )
+        return spec
 
 
 class RewardModel(nn.Module):
@@ -110,13 +125,16 @@ class RewardModel(nn.Module):
         """The head gives one reward r(x, y) per response: rewards(enc)."""
         return self.head.scalar_reward
 
-    def forward(
+    def features(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         prompt_index: torch.Tensor,
         position_ids: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head's raw inputs: response features (N, head_input_size), before standardisation, and the
+        prompt's last state (N, H). With embedding_features the response features end with the mean of the
+        response tokens' input embeddings, which carries the reply's content independently of its wording."""
         kwargs: dict[str, Any] = {}
         if position_ids is not None and self._uses_position_ids:
             kwargs["position_ids"] = position_ids
@@ -124,13 +142,28 @@ class RewardModel(nn.Module):
             kwargs["use_cache"] = False
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
         pooled = pool(hidden, attention_mask, self.spec.pooling, prompt_index)
-        h_prompt = gather_positions(hidden, prompt_index)
-        # The head runs outside autocast in its own dtype: fp32, except under DeepSpeed bf16, which casts
-        # every parameter to bf16. Outputs are always float32.
+        if self.spec.embedding_features:
+            embedded = self.backbone.get_input_embeddings()(input_ids)
+            words = mean_pool(embedded, response_mask(attention_mask, prompt_index))
+            pooled = torch.cat([pooled, words.to(pooled.dtype)], dim=-1)
+        return pooled, gather_positions(hidden, prompt_index)
+
+    def score_features(self, pooled: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The head on raw features: standardised (head.standardize), outside autocast in the head's own
+        dtype (fp32, except under DeepSpeed bf16, which casts every parameter to bf16); float32 outputs."""
         dtype = next(self.head.parameters()).dtype
-        with torch.autocast(device_type=hidden.device.type, enabled=False):
-            out = self.head(pooled.to(dtype), h_prompt.to(dtype))
+        with torch.autocast(device_type=pooled.device.type, enabled=False):
+            out = self.head(self.head.standardize(pooled.to(dtype)), h_prompt.to(dtype))
         return {k: v.float() for k, v in out.items()}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_index: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        return self.score_features(*self.features(input_ids, attention_mask, prompt_index, position_ids))
 
     @property
     def device(self) -> torch.device:
@@ -203,14 +236,17 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
         trust_remote_code=s.trust_remote_code,
         backbone_format="lora" if settings.lora.enabled else "full",
         base_model=str(base) if settings.lora.enabled else None,
+        embedding_features=s.embedding_features,
     )
-    head = build_head(settings.head, spec.hidden_size)
+    head = build_head(settings.head, spec.head_input_size, spec.hidden_size)
     log.info(
-        "reward model: %s head on a %s backbone (%s pooling, hidden %d, max_length %d)",
+        "reward model: %s head on a %s backbone (%s pooling%s, hidden %d, head input %d, max_length %d)",
         spec.head.type,
         kind,
         spec.pooling,
+        " + embedding mean" if spec.embedding_features else "",
         spec.hidden_size,
+        spec.head_input_size,
         max_length,
     )
     return RewardModel(backbone, head, tokenizer, spec)
@@ -274,6 +310,6 @@ def load_reward_model(
             backbone = AutoModel.from_pretrained(
                 folder, dtype=dtype, trust_remote_code=spec.trust_remote_code
             )
-        head = build_head(spec.head, spec.hidden_size)
+        head = build_head(spec.head, spec.head_input_size, spec.hidden_size)
         head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=True)
     return RewardModel(backbone, head, tokenizer, spec).to(device).eval()

@@ -87,6 +87,7 @@ def train(settings: RewardSettings, data_dir: Path, base: str, out_dir: Path) ->
             "truncated": {"pairs": result.truncated_pairs, "rows": result.truncated_rows},
             "length_balance": balance,
             "final_metrics": result.final_metrics,
+            "head_fit": result.head_fit,
             "accuracy": _outside_zero3(
                 acc, sanity_eval, out_dir / "model", settings, train_pairs, test_pairs
             ),

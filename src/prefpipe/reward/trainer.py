@@ -23,8 +23,10 @@ from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from transformers import get_scheduler
 
 from prefpipe.common import checkpoint as ckpt
+from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
+from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
@@ -74,6 +76,7 @@ class TrainResult:
     truncated_rows: dict[str, int]
     truncated_pairs: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    head_fit: dict[str, Any] = field(default_factory=dict)  # before / after: head_fit.fit_head's metrics
 
 
 def use_cpu() -> bool:
@@ -303,6 +306,26 @@ class RewardTrainer:
         main, barrier = self.acc.is_main_process, self.acc.wait_for_everyone
         return ckpt.save_checkpoint(self.ckpt_root, step, fingerprint, write, is_main=main, barrier=barrier)
 
+    def _head_fit(self, rows: tuple, when: str) -> None:
+        """Head fitting on the main process only (train.head_fit; standardisation buffers before training).
+        Before training, DDP's construction in prepare() then broadcasts rank 0's head to every rank; after
+        training only the main process saves the model. DeepSpeed partitions the head: refused."""
+        s, fit = self.settings, self.settings.train.head_fit
+        steps = fit.before_steps if when == "before" else fit.after_steps
+        standardize = when == "before" and s.head.standardize
+        if not (steps or standardize):
+            return
+        if self.acc.distributed_type == DistributedType.DEEPSPEED:
+            raise ConfigError(
+                "train.head_fit / head.standardize: not supported under DeepSpeed (the head is partitioned); "
+                "set train.head_fit.before_steps and after_steps to 0 and head.standardize to false"
+            )
+        if self.acc.is_main_process:
+            rm = self.rm if when == "before" else self.acc.unwrap_model(self.prepared_model)
+            step = 0 if when == "before" else self.steps
+            self.head_fit[when] = head_fit.fit_stage(rm, s, rows, steps, step, standardize, when)
+        self.acc.wait_for_everyone()
+
     def train(self) -> TrainResult:
         s, t = self.settings, self.settings.train
         self.acc, self.ga = self._given_accelerator or make_accelerator(s)
@@ -311,6 +334,9 @@ class RewardTrainer:
         half = deepspeed_param_dtype(self.acc)
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)
+        self.head_fit: dict[str, Any] = {}
+        if self.checkpoint_to_resume() is None:  # a resumed run restores the fitted head and its buffers
+            self._head_fit((chosen, rejected), "before")
         optimizer = torch.optim.AdamW(param_groups(self.rm, s), lr=t.learning_rate)
         scheduler = get_scheduler(
             SCHEDULES[t.lr_schedule],
@@ -339,6 +365,7 @@ class RewardTrainer:
                         raise TrainingInterrupted(step + 1, path, signum)
         self.acc.wait_for_everyone()
         self.prepared_model = model
+        self._head_fit((chosen, rejected), "after")
         return TrainResult(
             steps=self.steps,
             final_metrics=history[-1] if history else {},
@@ -346,6 +373,7 @@ class RewardTrainer:
             truncated_rows=dict(self.rm.encoder.truncated),
             truncated_pairs=truncated_pairs,
             history=history,
+            head_fit=self.head_fit,
         )
 
     def cleanup(self) -> None:

@@ -36,6 +36,7 @@ class HeadSettings:
     tau: float
     normalize: bool
     gate: bool
+    standardize: bool  # standardise the head's input with mean/sd over the training responses (head buffers)
     bayes: BayesSettings | None  # null only in model folders saved before every head carried it
 
 
@@ -43,7 +44,8 @@ class HeadSettings:
 class BackboneSettings:
     model: str  # base | a local folder | a hub id | pkg:<module>/<folder> | import:<name> (common.model_ref)
     kind: str  # auto | decoder | encoder
-    pooling: str  # auto (decoder: last, encoder: mean) | last | first | mean
+    pooling: str  # auto (decoder: last, encoder: mean) | last | first | mean | response_mean
+    embedding_features: bool  # head input = [pooled state ; response-token mean of the input embeddings]
     trust_remote_code: bool
     gradient_checkpointing: bool
     precision: str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
@@ -67,6 +69,15 @@ class PairDataSettings:
 
 
 @dataclass
+class HeadFitSettings:
+    """Full-batch Adam on the head alone over cached features of every training pair (reward.head_fit)."""
+
+    before_steps: int  # head steps before fine-tuning (0 = none)
+    after_steps: int  # head steps on the final backbone's features (0 = none)
+    learning_rate: float
+
+
+@dataclass
 class TrainSettings:
     steps: int | None  # optimizer steps; None = epochs * ceil(pairs / batch_size)
     epochs: float
@@ -82,6 +93,7 @@ class TrainSettings:
     checkpoint_every: int  # optimizer steps between checkpoints (0 = only on SIGTERM)
     keep_checkpoints: bool
     resume: str  # auto: continue from <out>/checkpoints if present | never
+    head_fit: HeadFitSettings
 
 
 @dataclass

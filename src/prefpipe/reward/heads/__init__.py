@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from prefpipe.common.config import ConfigError
-from prefpipe.reward.heads.base import Encoding, RewardHead
+from prefpipe.reward.heads.base import Encoding, RewardHead, Standardize
 
 if TYPE_CHECKING:
     from prefpipe.reward.losses import LossParts
@@ -44,9 +44,13 @@ def get_head_class(name: str) -> type[RewardHead]:
     return HEADS[name]
 
 
-def build_head(settings: HeadSettings, hidden_size: int) -> RewardHead:
-    """A fresh head of type `settings.type` for a backbone of hidden size `hidden_size`."""
-    return get_head_class(settings.type).from_settings(settings, hidden_size)
+def build_head(settings: HeadSettings, input_size: int, prompt_size: int) -> RewardHead:
+    """A fresh head of type `settings.type` reading features of width `input_size` and prompt states of width
+    `prompt_size`; with head.standardize it carries the (identity until fitted) `input_norm` buffers."""
+    head = get_head_class(settings.type).from_settings(settings, input_size, prompt_size)
+    if settings.standardize:
+        head.input_norm = Standardize(input_size)
+    return head
 
 
 def pair_loss(settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:

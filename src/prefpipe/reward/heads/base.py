@@ -1,6 +1,6 @@
 """The reward-head interface: everything the model, trainer, evaluation and GRPO ask of a head.
 
-A head is an nn.Module mapping (h_response (N, H), h_prompt (N, H)) to an encoding: a dict of float32
+A head is an nn.Module mapping (h_response (N, F), h_prompt (N, H)) to an encoding: a dict of float32
 tensors, one row per response. Behaviour that depends on the kind of head lives on its class, so callers
 ask the head (`head.compare(...)`, `head.scalar_reward`, `head.bayesian`) and never compare type names.
 
@@ -27,6 +27,26 @@ if TYPE_CHECKING:
 Encoding = dict[str, torch.Tensor]
 
 
+class Standardize(nn.Module):
+    """(h - mean) / sd with mean and sd over the training responses' features, stored as buffers (saved with the
+    head, so a loaded model scores exactly as the trained one). Starts as the identity until `fit`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(size))
+        self.register_buffer("inv_sd", torch.ones(size))
+
+    @torch.no_grad()
+    def fit(self, features: torch.Tensor) -> None:
+        """Set mean and 1/sd from `features` (N, F); constant columns keep scale 1 instead of dividing by 0."""
+        mean, sd = features.float().mean(0), features.float().std(0)
+        self.mean.copy_(mean)
+        self.inv_sd.copy_(torch.where(sd > 1e-6, 1.0 / sd.clamp(min=1e-6), torch.ones_like(sd)))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return (h - self.mean.to(h.dtype)) * self.inv_sd.to(h.dtype)
+
+
 class RewardHead(nn.Module, ABC):
     """Base class of the registered heads (see prefpipe.reward.heads for the registry)."""
 
@@ -42,8 +62,14 @@ class RewardHead(nn.Module, ABC):
 
     @classmethod
     @abstractmethod
-    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> RewardHead:
-        """A freshly initialised head for backbone hidden size `hidden_size`."""
+    def from_settings(cls, settings: HeadSettings, input_size: int, prompt_size: int) -> RewardHead:
+        """A freshly initialised head reading response features of width `input_size` (the pooled state, plus
+        the embedding mean with backbone.embedding_features) and prompt states of width `prompt_size`."""
+
+    def standardize(self, h: torch.Tensor) -> torch.Tensor:
+        """The head's input standardised by its `input_norm` buffers (head.standardize), else unchanged."""
+        norm = self._modules.get("input_norm")
+        return h if norm is None else norm(h)
 
     @abstractmethod
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:

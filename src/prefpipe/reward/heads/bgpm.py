@@ -36,10 +36,16 @@ class BayesianGPMHead(GPMHead):
     bayesian = True
 
     def __init__(
-        self, hidden_size: int, dim: int, normalize: bool, gate: bool, settings: BayesSettings
+        self,
+        input_size: int,
+        prompt_size: int,
+        dim: int,
+        normalize: bool,
+        gate: bool,
+        settings: BayesSettings,
     ) -> None:
-        super().__init__(hidden_size, dim, normalize, gate)
-        self.value_head = nn.Linear(hidden_size, 2 * dim, bias=False)
+        super().__init__(input_size, prompt_size, dim, normalize, gate)
+        self.value_head = nn.Linear(input_size, 2 * dim, bias=False)
         self.dim = dim
         self.clamp = settings.logvar_clamp
         with torch.no_grad():  # fix 5a: shrink the logvar half so logvar barely depends on the input at init
@@ -61,8 +67,8 @@ class BayesianGPMHead(GPMHead):
         require(lo < hi, "head.bayes.logvar_clamp", f"expected [low, high] with low < high, got {[lo, hi]}")
 
     @classmethod
-    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> BayesianGPMHead:
-        return cls(hidden_size, settings.dim, settings.normalize, settings.gate, settings.bayes)
+    def from_settings(cls, settings: HeadSettings, input_size: int, prompt_size: int) -> BayesianGPMHead:
+        return cls(input_size, prompt_size, settings.dim, settings.normalize, settings.gate, settings.bayes)
 
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
         raw_mean, logvar = self.value_head(h).split(self.dim, dim=-1)

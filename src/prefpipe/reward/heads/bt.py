@@ -24,8 +24,8 @@ class BTHead(RewardHead):
         self.value_head = nn.Linear(hidden_size, 1)
 
     @classmethod
-    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> BTHead:
-        return cls(hidden_size)  # head.dim is unused
+    def from_settings(cls, settings: HeadSettings, input_size: int, prompt_size: int) -> BTHead:
+        return cls(input_size)  # head.dim is unused; no prompt input
 
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
         return {"reward": self.value_head(h).squeeze(-1)}

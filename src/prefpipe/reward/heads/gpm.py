@@ -35,16 +35,16 @@ class PromptGate(nn.Module):
 class GPMHead(RewardHead):
     encoding_keys = ("embedding", "gate")
 
-    def __init__(self, hidden_size: int, dim: int, normalize: bool, gate: bool) -> None:
+    def __init__(self, input_size: int, prompt_size: int, dim: int, normalize: bool, gate: bool) -> None:
         super().__init__()
-        self.value_head = nn.Linear(hidden_size, dim, bias=False)
-        self.gate = PromptGate(hidden_size, dim // 2) if gate else None
+        self.value_head = nn.Linear(input_size, dim, bias=False)
+        self.gate = PromptGate(prompt_size, dim // 2) if gate else None
         self.normalize = normalize
         self.k = dim // 2
 
     @classmethod
-    def from_settings(cls, settings: HeadSettings, hidden_size: int) -> GPMHead:
-        return cls(hidden_size, settings.dim, settings.normalize, settings.gate)
+    def from_settings(cls, settings: HeadSettings, input_size: int, prompt_size: int) -> GPMHead:
+        return cls(input_size, prompt_size, settings.dim, settings.normalize, settings.gate)
 
     def _gate(self, h_prompt: torch.Tensor) -> torch.Tensor:
         if self.gate is None:
