@@ -23,6 +23,7 @@ from prefpipe.evaluation.length_split import (
     LENGTH_SPLIT_KEY,
     LONGER_PICK_RATE_KEY,
     LONGER_WINS_BASELINE_KEY,
+    length_report,
 )
 from prefpipe.evaluation.sections import custom_section_table
 
@@ -136,6 +137,13 @@ def test_length_split_and_longer_pick_rate_by_hand():
     assert summary[LONGER_PICK_RATE_KEY] == pytest.approx(3 / 5)  # of the 5 unequal pairs
     assert summary[LONGER_WINS_BASELINE_KEY]["accuracy"] == pytest.approx(3 / 7)
     assert summary[LONGER_WINS_BASELINE_KEY]["accuracy_ties_half"] == pytest.approx(4 / 7)
+    # per section by hand: the first four pairs in section a (2 longer wins, 1 tie), the rest in b
+    by_section = length_report([c for c, _ in pairs], [r for _, r in pairs], [1.0] * 7, ["a"] * 4 + ["b"] * 3)
+    baseline = by_section[LONGER_WINS_BASELINE_KEY]["by_section"]
+    wins_a = sum(len(c) > len(r) for c, r in pairs[:4])
+    ties_a = sum(len(c) == len(r) for c, r in pairs[:4])
+    assert baseline["a"] == {"accuracy": wins_a / 4, "accuracy_ties_half": (wins_a + ties_a / 2) / 4, "n": 4}
+    assert baseline["b"]["n"] == 3
     assert summary["overall"] == pytest.approx(4 / 7)
 
 

@@ -111,8 +111,10 @@ def _interval(value: float, stderr: float | None, n: int | None) -> tuple[float,
     return _wilson(round(value * n), n)
 
 
-def _pct(value: float, ci: tuple[float, float], sign: str = "%") -> str:
+def _pct(value: float, ci: tuple[float, float] | None, sign: str = "%") -> str:
     """0.785, (0.75, 0.81) -> '78.5% [75.0, 81.0]' (sign='' in the benchmark board, whose header says %)."""
+    if ci is None:
+        return f"{100 * value:.1f}{sign}"
     return f"{100 * value:.1f}{sign} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
@@ -200,7 +202,9 @@ def test_report_shows_every_variant_with_the_eval_summary_numbers(tiny_run):
     block = _json(results / "eval" / VARIANTS[0] / "summary.json")["benchmarks"]["synthetic"]
     wins = block["longer_wins_baseline"]
     assert baseline["Head"] == "baseline"
-    assert baseline["Overall"] == _pct(wins["accuracy"], wins["ci95"], "")
+    assert baseline["Overall"] == _pct(wins["accuracy_ties_half"], None, "")
+    for column, key in SECTIONS.items():  # per section too, ties counting half
+        assert baseline[column] == _pct(wins["by_section"][key]["accuracy_ties_half"], None, ""), column
     overall_said = {}
     for variant in VARIANTS:
         summary = _json(results / "eval" / variant / "summary.json")

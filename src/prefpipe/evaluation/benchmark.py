@@ -168,7 +168,7 @@ def summarize_pairs(
         HEAD_TYPE: getattr(model, "head_type", None),
         "tau": tau,
         **summarize_scores(subsets, correct, table),
-        **length_report(chosen, rejected, scored.score),
+        **length_report(chosen, rejected, scored.score, [table.section_of(s) for s in subsets]),
         "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
         CALIBRATION: calibration_report(
             logit, correct, scored.variance, n_bins=n_bins, coverages=coverages, score=scored.score

@@ -10,7 +10,8 @@ The baseline here counts ties as wrong, like RewardBench (`accuracy`), and also 
 The summary keys are the constants below (the report imports them):
     length_split: {chosen_longer: {n, accuracy, ci95: [lo, hi]}, chosen_shorter: {...}, equal: {...}}
     longer_pick_rate, longer_pick_n, longer_pick_ci95
-    longer_wins_baseline: {accuracy, ci95, accuracy_ties_half, n}
+    longer_wins_baseline: {accuracy, ci95, accuracy_ties_half, n, by_section: {section: {accuracy,
+        accuracy_ties_half, n}}}
 """
 
 from __future__ import annotations
@@ -47,8 +48,24 @@ def _rate(hits: int, n: int) -> dict[str, Any]:
     }
 
 
-def length_report(chosen: Sequence[str], rejected: Sequence[str], score: Sequence[float]) -> dict[str, Any]:
-    """The length keys of one benchmark summary from the pairs and s(chosen > rejected) (> 0: chosen picked)."""
+def _wins(chosen_longer: np.ndarray, equal: np.ndarray) -> dict[str, Any]:
+    n = len(chosen_longer)
+    wins = int(chosen_longer.sum())
+    return {
+        "accuracy": wins / n if n else None,
+        "accuracy_ties_half": (wins + 0.5 * int(equal.sum())) / n if n else None,
+        "n": n,
+    }
+
+
+def length_report(
+    chosen: Sequence[str],
+    rejected: Sequence[str],
+    score: Sequence[float],
+    groups: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
+    """The length keys of one benchmark summary from the pairs and s(chosen > rejected) (> 0: chosen picked).
+    With `groups` (each pair's section, None for none), the baseline is also given per group (`by_section`)."""
     len_c = np.array([response_length(t) for t in chosen])
     len_r = np.array([response_length(t) for t in rejected])
     s = np.asarray(score, dtype=np.float64)
@@ -61,6 +78,12 @@ def length_report(chosen: Sequence[str], rejected: Sequence[str], score: Sequenc
     n = len(s)
     wins = int(buckets[CHOSEN_LONGER].sum())
     baseline = _rate(wins, n)
+    by_section = {}
+    if groups is not None:
+        labels = np.array([g if g is not None else "" for g in groups], dtype=object)
+        for group in dict.fromkeys(g for g in groups if g is not None):
+            mask = labels == group
+            by_section[group] = _wins(buckets[CHOSEN_LONGER][mask], buckets[EQUAL_LENGTH][mask])
     return {
         LENGTH_SPLIT_KEY: split,
         LONGER_PICK_RATE_KEY: picks / unequal if unequal else None,
@@ -71,6 +94,7 @@ def length_report(chosen: Sequence[str], rejected: Sequence[str], score: Sequenc
             "ci95": baseline["ci95"],
             "accuracy_ties_half": (wins + 0.5 * int(buckets[EQUAL_LENGTH].sum())) / n if n else None,
             "n": n,
+            "by_section": by_section,
         },
         "length_measure": LENGTH_MEASURE,
     }

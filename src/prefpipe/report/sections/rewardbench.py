@@ -10,7 +10,7 @@ from prefpipe.evaluation.length_split import LONGER_WINS_BASELINE_KEY
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Details, Section, Table
 from prefpipe.report.sections import Context, note
-from prefpipe.report.stats import NA, interval, pct
+from prefpipe.report.stats import NA, pct
 
 TITLE, ANCHOR = "Reward models on the benchmarks", "rewardbench"
 ITEMS = {**frames.SECTION_TITLES, frames.OVERALL: "Overall", frames.CYCLIC: "Cyclic"}
@@ -96,13 +96,18 @@ def _head(ctx: Context, variant: str) -> str | None:
     return str(rows.iloc[0]) if len(rows) else None
 
 
-def _longer_wins(ctx: Context, bench: str, variants: list[str]) -> str | None:
-    """The "longer response wins" baseline on this benchmark's pairs (the same for every variant)."""
+def _longer_wins(ctx: Context, bench: str, variants: list[str]) -> dict[str, str] | None:
+    """The "longer response wins" baseline on this benchmark's pairs (the same for every variant): Overall and
+    each section, ties counting half (equal lengths carry no length signal either way)."""
     for variant in variants:
         block = frames.benchmark_blocks(ctx.tree.summary("eval", variant)).get(bench)
         baseline = block.get(LONGER_WINS_BASELINE_KEY) if isinstance(block, dict) else None
         if isinstance(baseline, dict):
-            return pct(baseline.get("accuracy"), interval(baseline, "accuracy")).replace("%", "")
+            cells = {frames.OVERALL: pct(baseline.get("accuracy_ties_half")).replace("%", "")}
+            for section, wins in (baseline.get("by_section") or {}).items():
+                if isinstance(wins, dict):
+                    cells[section] = pct(wins.get("accuracy_ties_half")).replace("%", "")
+            return cells
     return None
 
 
@@ -145,14 +150,15 @@ def _board(ctx: Context, bench: str) -> Table:
     rows = [[v, _head(ctx, v) or NA, *[cells[v][i] for i in shown]] for v in variants]
     baseline = _longer_wins(ctx, bench, variants)
     if baseline is not None:
-        rows.append(["longer wins", "baseline", *[baseline if i == frames.OVERALL else NA for i in shown]])
+        rows.append(["longer wins", "baseline", *[baseline.get(i, NA) for i in shown]])
     return Table(
         f"Accuracy (%) [95% interval] on {bench}",
         ["Variant", "Head", *[ITEMS[i] for i in shown]],
         rows,
         "Sections and Overall: estimate ± 1.96 recorded standard errors (Overall = mean of the sections); "
         "Cyclic: Wilson interval from its count (intransitive subsets, not part of Overall); "
-        "longer wins: picking the longer response (ties wrong), on all pairs of the benchmark.",
+        "longer wins: picking the longer response (equal lengths count half), on all pairs of the benchmark "
+        "and per section.",
         anchor="rewardbench-table" if bench == ctx.bench else f"rewardbench-{bench}",
     )
 
