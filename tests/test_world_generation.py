@@ -202,8 +202,10 @@ def test_demonstrator_habit_is_an_exact_share_of_one_mistake_per_kind() -> None:
         else:  # sub keeps random near misses (about demo_error_rate of them, not one habit)
             assert 0 < len(wrong) < 0.5 * len(demos)
     assert world.stats["demonstrations_habitual"] == sum(round(0.6 * len(by_kind[k])) for k in habits)
-    with pytest.raises(ConfigError, match=r"demo_habit_kinds: \['count'\] are not in data\.synthetic\.kinds"):
-        build_world(dataclasses.replace(synthetic, kinds=["add"], demo_habit_kinds=["count"]), 0)
+    narrowed = build_world(
+        dataclasses.replace(synthetic, kinds=["add", "sub"]), 0, frozenset({"demonstrations"})
+    )
+    assert narrowed.stats["demonstrations_habitual"] == round(0.6 * 400)  # only add has a habit there
 
 
 def infer_kind(prompt: str) -> str:
