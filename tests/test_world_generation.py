@@ -41,6 +41,8 @@ SYNTH = {
     "rl_prompts_train": 48,
     "rl_prompts_heldout": 24,
     "demo_error_rate": 0.25,
+    "demo_habit_kinds": [],
+    "demo_habit_rate": 0.6,
     "kinds": ["add", "sub", "count", "upper", "repeat", "sort", "first", "last"],
 }
 OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
@@ -165,6 +167,45 @@ def test_demonstrator_error_rate_is_exact_and_errors_are_near_misses(world_dir: 
         else:  # a near miss uses the prompt's words (case aside)
             prompt_words = set(d["prompt"].split(": ", 1)[1].rstrip("?").lower().split())
             assert set(d["response"].lower().split()) <= prompt_words, d
+
+
+def independent_habit(kind: str, prompt: str) -> str:
+    """The demonstrator's habitual mistake re-derived from the prompt text (an off-by-one of each kind)."""
+    truth = independent_answer(kind, prompt)
+    if kind in ("add", "sub", "count"):
+        return str(int(truth) + 1)
+    words = prompt.split(": ", 1)[1].rstrip("?").split()
+    if kind in ("first", "last"):
+        return words[1] if kind == "first" else words[-2]
+    if kind == "upper":
+        return " ".join([w.upper() for w in words[:-1]] + [words[-1]])
+    if kind == "sort" and words != sorted(words):
+        return " ".join(words)
+    ordered = words if kind == "repeat" else sorted(words)
+    return " ".join(ordered[:-2] + ordered[-2:][::-1])
+
+
+def test_demonstrator_habit_is_an_exact_share_of_one_mistake_per_kind() -> None:
+    habits = ["add", "count", "upper", "repeat", "sort", "first", "last"]
+    synthetic = dataclasses.replace(
+        stage_settings().synthetic, demonstrations=800, demo_habit_kinds=habits, demo_habit_rate=0.6
+    )
+    world = build_world(synthetic, 0, frozenset({"demonstrations"}))
+    by_kind: dict[str, list[dict]] = {}
+    for d in world.demonstrations:
+        by_kind.setdefault(d["kind"], []).append(d)
+    for kind, demos in by_kind.items():
+        wrong = [d for d in demos if d["response"] != independent_answer(kind, d["prompt"])]
+        if kind in habits:
+            assert len(wrong) == round(0.6 * len(demos)), kind
+            assert all(d["response"] == independent_habit(kind, d["prompt"]) for d in wrong), kind
+        else:  # sub keeps random near misses (about demo_error_rate of them, not one habit)
+            assert 0 < len(wrong) < 0.5 * len(demos)
+    assert world.stats["demonstrations_habitual"] == sum(round(0.6 * len(by_kind[k])) for k in habits)
+    narrowed = build_world(
+        dataclasses.replace(synthetic, kinds=["add", "sub"]), 0, frozenset({"demonstrations"})
+    )
+    assert narrowed.stats["demonstrations_habitual"] == round(0.6 * 400)  # only add has a habit there
 
 
 def infer_kind(prompt: str) -> str:

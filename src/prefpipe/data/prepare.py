@@ -116,6 +116,7 @@ def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
             "n": len(demos),
             "wrong": world.stats["demonstrations_wrong"],
             "error_rate": world.stats["demonstrations_wrong"] / max(len(demos), 1),
+            "habitual": world.stats["demonstrations_habitual"],
             "per_kind": world.stats["demonstrations_per_kind"],
         },
         "rl_prompts": {

@@ -137,6 +137,31 @@ def near_misses(task: Task) -> list[str]:
     return sorted(unique, key=lambda m: len(m) != len(answer))  # stable: same length first
 
 
+def habitual_miss(task: Task) -> str:
+    """The demonstrator's one habitual mistake on a task: the same wrong rule every time (an off-by-one).
+
+    Unlike random near misses, a habit can outweigh the right answer in the demonstrations, so a policy that
+    imitates them has a wrong mode with the right answer still in its support: the case RL with a verifier
+    fixes and imitation cannot (`data.synthetic.demo_habit_kinds`).
+    """
+    kind, args, answer = task.kind, task.args, task.answer
+    if kind in ("add", "sub", "count"):
+        return str(int(answer) + 1)  # one too many
+    if kind == "first":
+        return args[1]  # the neighbouring word
+    if kind == "last":
+        return args[-2]
+    if kind == "upper":
+        return " ".join([w.upper() for w in args[:-1]] + [args[-1]])  # the last word left lowercase
+    if kind in ("repeat", "sort"):
+        base = list(args) if kind == "repeat" else sorted(args)
+        given = " ".join(args)
+        if kind == "sort" and given != answer:
+            return given  # left in the given order
+        return " ".join(base[:-2] + [base[-1], base[-2]])  # the last two swapped
+    raise ValueError(f"unknown task kind {kind!r}")
+
+
 def pick_near_miss(task: Task, rng: random.Random, same_length: bool) -> str:
     """A random near miss; with `same_length`, one of the same character length when there is one."""
     misses = near_misses(task)

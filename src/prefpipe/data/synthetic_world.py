@@ -24,7 +24,7 @@ from prefpipe.data import (
     synthetic_safety,
     synthetic_tradeoff,
 )
-from prefpipe.data.synthetic_tasks import Task, near_misses, sample_task
+from prefpipe.data.synthetic_tasks import Task, habitual_miss, near_misses, sample_task
 from prefpipe.settings.data import SyntheticWorldSettings
 
 PairMaker = Callable[[random.Random], tuple[str, str, str]]
@@ -120,19 +120,39 @@ def _rl_dict(pair_id: str, task: Task) -> dict:
     return {"id": pair_id, "prompt": task.prompt, "answer": task.answer, "kind": task.kind}
 
 
+def _habitual(cfg: SyntheticWorldSettings, seed: int, tasks: list[Task]) -> set[int]:
+    """Indices of the demonstrations that get the habitual mistake: an exact share of each habit kind's (a habit
+    kind that `kinds` leaves out has no demonstrations, so narrowing `kinds` needs no change here)."""
+    rng = _rng(seed, "demonstrations:habits")
+    out: set[int] = set()
+    for kind in cfg.demo_habit_kinds:
+        of_kind = [i for i, t in enumerate(tasks) if t.kind == kind]
+        out.update(rng.sample(of_kind, round(len(of_kind) * cfg.demo_habit_rate)))
+    return out
+
+
 def _demonstrations(
     cfg: SyntheticWorldSettings, seed: int, kinds: tuple[str, ...], excluded: set[str]
-) -> tuple[list[dict], int]:
-    """Demonstrations from an imperfect demonstrator: an exact share of answers are near misses."""
+) -> tuple[list[dict], dict[str, int]]:
+    """Demonstrations from an imperfect demonstrator: an exact share of answers are random near misses, and on
+    the habit kinds (`demo_habit_kinds`) an exact share `demo_habit_rate` is its one habitual mistake instead."""
     n, rate = cfg.demonstrations, cfg.demo_error_rate
     rng = _rng(seed, "demonstrations")
     tasks = _draw_tasks(kinds, n, rng, excluded, unique=False, key="demonstrations")
     wrong = set(rng.sample(range(n), round(n * rate)))
+    habitual = _habitual(cfg, seed, tasks)
+    habit_kinds = set(cfg.demo_habit_kinds)
     rows = []
+    counts = {"wrong": 0, "habitual": len(habitual)}
     for i, task in enumerate(tasks):
-        response = rng.choice(near_misses(task)) if i in wrong else task.answer
+        if task.kind in habit_kinds:
+            response = habitual_miss(task) if i in habitual else task.answer
+        else:
+            near_miss = rng.choice(near_misses(task)) if i in wrong else None
+            response = task.answer if near_miss is None else near_miss
+        counts["wrong"] += response != task.answer
         rows.append({"id": f"demo-{i:06d}", "prompt": task.prompt, "response": response, "kind": task.kind})
-    return rows, len(wrong)
+    return rows, counts
 
 
 def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[list[dict], list[dict]]:
@@ -207,13 +227,14 @@ def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = 
         )
         world.rl_prompts_train = [_rl_dict(f"rl-train-{i:05d}", t) for i, t in enumerate(rl_train)]
         world.rl_prompts_heldout = [_rl_dict(f"rl-heldout-{i:05d}", t) for i, t in enumerate(heldout)]
-    n_wrong = 0
+    demo_counts = {"wrong": 0, "habitual": 0}
     if "demonstrations" in parts:
-        world.demonstrations, n_wrong = _demonstrations(cfg, seed, kinds, excluded)
+        world.demonstrations, demo_counts = _demonstrations(cfg, seed, kinds, excluded)
     if "pairs" in parts:
         world.pairs_train, world.pairs_test = _pairs(cfg, seed, excluded)
     world.stats = {
-        "demonstrations_wrong": n_wrong,
+        "demonstrations_wrong": demo_counts["wrong"],
+        "demonstrations_habitual": demo_counts["habitual"],
         "demonstrations_per_kind": dict(Counter(r["kind"] for r in world.demonstrations)),
         "rl_prompts_train_per_kind": dict(Counter(r["kind"] for r in world.rl_prompts_train)),
         "rl_prompts_heldout_per_kind": dict(Counter(r["kind"] for r in world.rl_prompts_heldout)),

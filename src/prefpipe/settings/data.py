@@ -22,6 +22,8 @@ class SyntheticWorldSettings:
     rl_prompts_train: int
     rl_prompts_heldout: int
     demo_error_rate: float
+    demo_habit_kinds: list[str]
+    demo_habit_rate: float
     kinds: list[str]
 
 
