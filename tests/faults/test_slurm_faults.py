@@ -6,14 +6,17 @@ Fast tier (dry runs of the real workflow, the package metadata, wandb offline):
 - envs/prefpipe.yaml lists every runtime dependency of pyproject.toml and the deepspeed extra;
 - wandb runs are named experiment/stage/variant-or-run, with no `reinit` deprecation warning;
 - a missing account is one message naming where to set it.
-Slow tier (PREFPIPE_SLOW=1; a real local SLURM from scripts/slurm/local_slurm.sh, as root): the job's comment
-in `squeue` carries rule and wildcards; no account stops the run before any submission; killing slurmctld ends
-Snakemake with exit code 1 within the documented bound (PREFPIPE_SLURM_CONTROLLER_TIMEOUT).
+Slow tier (PREFPIPE_SLOW=1; a real local SLURM from scripts/slurm/local_slurm.sh, as root, with two fake GPUs): the
+job's comment in `squeue` carries rule and wildcards; no account stops the run before any submission; killing
+slurmctld ends Snakemake with exit code 1 within the documented bound (PREFPIPE_SLURM_CONTROLLER_TIMEOUT); the real
+workflow's train_reward_model with `--set-resources train_reward_model:gpu=2` is submitted with `--nodes=1` and
+slurmctld records one node and two GPUs for it.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.slurm_cluster import cluster_fixture, slurm  # noqa: F401 (the `cluster` fixture)
+from support.slurm_cluster import cluster_fixture, slurm, slurm_jobs  # noqa: F401 (the `cluster` fixture)
 from support.workflow import WITH_PROFILES, repo_copy
 
 from prefpipe.common import slurm_guard
@@ -220,3 +223,60 @@ def test_job_names_in_squeue_and_a_lost_controller_ends_the_run_in_bounded_time(
     assert not (workdir / ".snakemake" / "locks").exists() or not any(
         (workdir / ".snakemake" / "locks").iterdir()
     )
+
+
+@pytest.mark.slow
+def test_a_two_gpu_reward_training_is_submitted_to_one_node(cluster, tmp_path):
+    """The real rule through profiles/slurm: its inputs are built locally first (not what is tested), then the
+    SLURM run submits train_reward_model alone; the plugin's sbatch call (logged with --verbose) and slurmctld's
+    job record must both say one node with two GPUs. The job itself is cancelled once checked."""
+    env = {**cluster, "OMP_NUM_THREADS": "1"}
+    workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
+    tiny = ["--configfile", str(REPO / "tests" / "configs" / "slurm_tiny.yaml")]
+    target = "results/reward/bt/summary.json"
+    upstream = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *tiny, "--omit-from", "train_reward_model", target],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert upstream.returncode == 0, upstream.stdout[-3000:] + upstream.stderr[-3000:]
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    profile.update({"slurm-no-account": True, "retries": 0, "slurm-init-seconds-before-status-checks": 2})
+    (workdir / "test-profile").mkdir()
+    (workdir / "test-profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    shutil.copy(REPO / "profiles" / "slurm" / "partitions.yaml", workdir / "test-profile")
+    log = workdir / "snakemake.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", target, "--profile", "test-profile", *tiny, "--verbose",
+             "--set-resources", "train_reward_model:gpu=2"],
+            cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    job = None
+    try:
+        deadline = time.monotonic() + 120
+        while job is None and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-5000:]
+            found = re.search(r"SLURM jobid (\d+)", log.read_text())
+            job = found.group(1) if found else None
+            time.sleep(0.5)
+        assert job, log.read_text()[-5000:]
+        record = slurm_jobs(env)[job]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if job:
+            subprocess.run(["scancel", job], env=env, check=False)
+    text = log.read_text()
+    call = re.search(r"sbatch call: (.*)", text).group(1)
+    print(f"sbatch call: {call}\nscontrol: " + " ".join(
+        f"{key}={record.get(key)}" for key in ("JobId", "JobName", "Comment", "Partition", "NumNodes", "NumCPUs",
+                                               "TresPerJob", "TresPerNode", "TRES")))  # fmt: skip
+    assert "--nodes=1" in call.split() or "--nodes 1" in call, call
+    assert record["Comment"] == "rule_train_reward_model_wildcards_bt", record
+    assert record["Partition"] == "gpu", record
+    assert record["NumNodes"] in ("1", "1-1"), record
+    assert "gpu:2" in record.get("TresPerJob", "") + record.get("TresPerNode", ""), record

@@ -86,6 +86,7 @@ def cluster_fixture():
         **os.environ,
         "PREFPIPE_SLURM_DIR": str(state),
         "PREFPIPE_SLURM_PORT": str(_free_port_pair()),
+        "PREFPIPE_SLURM_GPUS": "2",  # two fake GPUs: a multi-GPU rule can be scheduled
         "PREFPIPE_SLURM_INSTALL": "0",  # installing is CI's job (scripts/ci_system_deps.sh), not the test's
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "offline",

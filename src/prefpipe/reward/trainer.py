@@ -280,6 +280,9 @@ class RewardTrainer:
             self.acc.load_state(str(latest))  # model, optimizer, scheduler and RNG states, in place
             state = read_json(latest / TRAINER_STATE)
         log.info("resumed from %s at step %d", latest, state["step"])
+        # The pre-training head fit ran before the checkpoint: its record comes back with it, so the resumed
+        # run's summary equals an uninterrupted run's (checkpoints written before this key carry none).
+        self.head_fit.update(state.get("head_fit", {}))
         if self.log_fn and self.acc.is_main_process:
             for row in state["history"]:
                 self.log_fn(**row)
@@ -291,6 +294,7 @@ class RewardTrainer:
             "step": step,
             "fingerprint": fingerprint,
             "history": history,
+            "head_fit": self.head_fit,  # main process only (where it is written); restored by _resume
             "data_position": {
                 "pairs_consumed": consumed,
                 "epoch": consumed // len(self.pairs),
