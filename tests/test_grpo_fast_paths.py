@@ -42,7 +42,9 @@ def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, to
     eos = _frequent_token(model, tok)
     batch = tokenize_prompts(tok, PROMPTS, None)
     G = 3
-    ours = decode(model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None)
+    ours = decode(
+        model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None, 1.0, 0, 1.0
+    )
     plain = model.generate(
         input_ids=batch.input_ids.repeat_interleave(G, 0),
         attention_mask=batch.attention_mask.repeat_interleave(G, 0),

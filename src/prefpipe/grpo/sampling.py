@@ -63,9 +63,9 @@ def decode(
     eos_ids: list[int],
     pad_id: int,
     uniforms: torch.Tensor | None,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    temperature: float,
+    top_k: int,
+    top_p: float,
     compact: bool = True,
 ) -> torch.Tensor:
     """(P * group_size, C) completion ids for P left-padded prompts, prompt-major (rows p*G .. p*G+G-1 belong to

@@ -126,7 +126,9 @@ def fit_stage(
     """Cache features, set the standardisation buffers when asked (head.standardize, once, before training),
     fit the head for `steps` steps at optimizer step `step`; log and return the metrics."""
     t0 = time.time()
-    feats = cache_features(rm, rows[0], rows[1], settings.eval.batch_size)
+    # The training micro-batch size (part of the run's fingerprint), not eval.batch_size: batch composition moves
+    # features by float rounding, which 1000 Adam steps amplify, so a resumed run must batch exactly alike.
+    feats = cache_features(rm, rows[0], rows[1], settings.train.micro_batch_size)
     seconds = round(time.time() - t0, 3)
     if standardize:
         rm.head.input_norm.fit(feats.pooled)

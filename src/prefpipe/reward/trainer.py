@@ -282,7 +282,9 @@ class RewardTrainer:
         log.info("resumed from %s at step %d", latest, state["step"])
         # The pre-training head fit ran before the checkpoint: its record comes back with it, so the resumed
         # run's summary equals an uninterrupted run's (checkpoints written before this key carry none).
-        self.head_fit.update(state.get("head_fit", {}))
+        saved_fit = state.get("head_fit")  # absent in checkpoints written before head fitting existed
+        if saved_fit:
+            self.head_fit.update(saved_fit)
         if self.log_fn and self.acc.is_main_process:
             for row in state["history"]:
                 self.log_fn(**row)
