@@ -56,7 +56,7 @@ def test_short_verifier_run_on_the_default_base_raises_heldout_accuracy(default_
             "prompts_per_step": 16,
             "num_generations": 8,
             "max_new_tokens": 16,
-            "learning_rate": 5e-4,
+            "learning_rate": 2e-4,
             "rewards": [{"type": "verifier"}],
             "sample_every": 0,
             "checkpoint_every": 0,
