@@ -49,6 +49,7 @@ def _rate(hits: int, n: int) -> dict[str, Any]:
 
 
 def _wins(chosen_longer: np.ndarray, equal: np.ndarray) -> dict[str, Any]:
+    """The "longer response wins" baseline on these pairs: ties wrong and ties counting half."""
     n = len(chosen_longer)
     wins = int(chosen_longer.sum())
     return {
@@ -75,25 +76,21 @@ def length_report(
     # Preferring the longer response: chosen longer and picked, or chosen shorter and rejected picked (s < 0).
     unequal = int((~buckets[EQUAL_LENGTH]).sum())
     picks = int((buckets[CHOSEN_LONGER] & (s > 0)).sum() + (buckets[CHOSEN_SHORTER] & (s < 0)).sum())
-    n = len(s)
-    wins = int(buckets[CHOSEN_LONGER].sum())
-    baseline = _rate(wins, n)
+    overall = _wins(buckets[CHOSEN_LONGER], buckets[EQUAL_LENGTH])
     by_section = {}
-    if groups is not None:
-        labels = np.array([g if g is not None else "" for g in groups], dtype=object)
-        for group in dict.fromkeys(g for g in groups if g is not None):
-            mask = labels == group
-            by_section[group] = _wins(buckets[CHOSEN_LONGER][mask], buckets[EQUAL_LENGTH][mask])
+    for group in dict.fromkeys(g for g in groups or () if g is not None):
+        mask = np.array([g == group for g in groups])
+        by_section[group] = _wins(buckets[CHOSEN_LONGER][mask], buckets[EQUAL_LENGTH][mask])
     return {
         LENGTH_SPLIT_KEY: split,
         LONGER_PICK_RATE_KEY: picks / unequal if unequal else None,
         LONGER_PICK_N_KEY: unequal,
         LONGER_PICK_CI_KEY: list(wilson_interval(picks, unequal)) if unequal else None,
         LONGER_WINS_BASELINE_KEY: {
-            "accuracy": baseline["accuracy"],
-            "ci95": baseline["ci95"],
-            "accuracy_ties_half": (wins + 0.5 * int(buckets[EQUAL_LENGTH].sum())) / n if n else None,
-            "n": n,
+            "accuracy": overall["accuracy"],
+            "ci95": _rate(int(buckets[CHOSEN_LONGER].sum()), overall["n"])["ci95"],
+            "accuracy_ties_half": overall["accuracy_ties_half"],
+            "n": overall["n"],
             "by_section": by_section,
         },
         "length_measure": LENGTH_MEASURE,
