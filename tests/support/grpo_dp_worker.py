@@ -48,6 +48,7 @@ def main(out: str, overrides: str) -> None:
             {k: v.contiguous() for k, v in trainer.policy.state_dict().items()}, f"{out}/weights.safetensors"
         )
         Path(out, "metrics.json").write_text(json.dumps(trainer.metric_rows))
+    dp.close()
 
 
 if __name__ == "__main__":

@@ -67,6 +67,13 @@ class DataParallel:
             dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return values
 
+    def close(self) -> None:
+        """Wait for every process, then tear the group down: a process that exits while another is still in a
+        gloo collective aborts it ("terminate called without an active exception")."""
+        if self.enabled and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
     def gather_rows(self, values: torch.Tensor) -> torch.Tensor:
         """Concatenate equal-sized row blocks in process order."""
         if not self.enabled:

@@ -81,6 +81,7 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
     summary = trainer.train()
     summary["processes"] = dp.world_size
     if not dp.is_main:
+        dp.close()
         return summary
     save_policy(policy, tokenizer, out / "policy", merge_lora=cfg.save_merged)
     if not cfg.keep_checkpoint and trainer.checkpoint_dir.exists():
@@ -96,4 +97,5 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
         }
     )
     record.finish(summary)
+    dp.close()
     return summary
