@@ -101,6 +101,18 @@ class PairEncoder:
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         return [self.tokenize(p, r) for p, r in zip(prompts, responses, strict=True)]
 
+    def pad_buckets(self, rows: list[TokenizedRow], buckets: int) -> dict[str, Any]:
+        """Rows sorted by length (stable) and cut into `buckets` near-equal chunks, each padded to its own
+        longest row: a batch of mixed lengths pads far less (RewardModel.forward(buckets=..., inverse=...)
+        runs one backbone pass per chunk and puts the outputs back in row order with `inverse`)."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+        k = max(1, min(buckets, len(rows)))
+        cuts = [len(rows) * j // k for j in range(k + 1)]
+        chunks = [self.pad([rows[i] for i in order[a:b]]) for a, b in zip(cuts, cuts[1:], strict=False)]
+        inverse = torch.empty(len(rows), dtype=torch.long)
+        inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(rows))
+        return {"buckets": chunks, "inverse": inverse}
+
     def pad(self, rows: list[TokenizedRow]) -> dict[str, torch.Tensor]:
         """Dynamic padding to the longest row; prompt_index is the last prompt token's padded position."""
         width = max(len(r.input_ids) for r in rows)

@@ -158,12 +158,21 @@ class RewardModel(nn.Module):
 
     def forward(
         self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        prompt_index: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        prompt_index: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        buckets: list[dict[str, torch.Tensor]] | None = None,
+        inverse: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        return self.score_features(*self.features(input_ids, attention_mask, prompt_index, position_ids))
+        """One padded batch, or length buckets (PairEncoder.pad_buckets): one backbone pass per bucket, the
+        features put back in row order, then the head once on all rows. Inside forward, so DDP and DeepSpeed
+        see a single forward per micro-batch."""
+        if buckets is None:
+            return self.score_features(*self.features(input_ids, attention_mask, prompt_index, position_ids))
+        parts = [self.features(**b) for b in buckets]
+        pooled = torch.cat([p for p, _ in parts])[inverse]
+        return self.score_features(pooled, torch.cat([h for _, h in parts])[inverse])
 
     @property
     def device(self) -> torch.device:

@@ -132,6 +132,26 @@ def head_grad_norm(rm: RewardModel) -> float | None:
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
 
 
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """A (bucketed) batch on `device`: tensors, and lists of tensor dicts (the buckets)."""
+    out: dict[str, Any] = {}
+    for k, v in batch.items():
+        if isinstance(v, list):
+            out[k] = [{n: x.to(device, non_blocking=True) for n, x in b.items()} for b in v]
+        else:
+            out[k] = v.to(device, non_blocking=True)
+    return out
+
+
+def make_optimizer(rm: RewardModel, settings: RewardSettings, acc: Accelerator) -> torch.optim.Optimizer:
+    """AdamW over param_groups; the fused kernel (one op for all parameters) where torch has it for the
+    device, foreach otherwise. DeepSpeed swaps in its own optimizer step, so it gets the plain one."""
+    t = settings.train
+    fused = acc.distributed_type != DistributedType.DEEPSPEED and acc.device.type in ("cpu", "cuda")
+    kind = {"fused": True} if fused else {"foreach": acc.distributed_type != DistributedType.DEEPSPEED}
+    return torch.optim.AdamW(param_groups(rm, settings), lr=t.learning_rate, **kind)
+
+
 def total_steps(settings: RewardSettings, n_pairs: int) -> int:
     t = settings.train
     return t.steps if t.steps is not None else max(1, math.ceil(t.epochs * n_pairs / t.batch_size))
@@ -227,9 +247,12 @@ class RewardTrainer:
         for m in range(self.ga):
             micro = idx[m * t.micro_batch_size : (m + 1) * t.micro_batch_size]
             n = len(micro)
-            batch = self.rm.encoder.pad([chosen[i] for i in micro] + [rejected[i] for i in micro])
+            # chosen and rejected in one forward, length-bucketed (train.length_buckets) to cut padding
+            batch = self.rm.encoder.pad_buckets(
+                [chosen[i] for i in micro] + [rejected[i] for i in micro], t.length_buckets
+            )
             with acc.accumulate(model):
-                out = model(**{k: v.to(acc.device) for k, v in batch.items()})
+                out = model(**to_device(batch, acc.device))
                 parts = self.rm.head.training_loss(
                     s.head, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
                 )
@@ -343,7 +366,7 @@ class RewardTrainer:
         self.head_fit: dict[str, Any] = {}
         if self.checkpoint_to_resume() is None:  # a resumed run restores the fitted head and its buffers
             self._head_fit((chosen, rejected), "before")
-        optimizer = torch.optim.AdamW(param_groups(self.rm, s), lr=t.learning_rate)
+        optimizer = make_optimizer(self.rm, s, self.acc)
         scheduler = get_scheduler(
             SCHEDULES[t.lr_schedule],
             optimizer,
