@@ -147,13 +147,16 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_base, tmp_path):
     pairs = _pairs(rps_pairs())
     runs = {}
     for micro in (8, 4, 2):
-        train = {"steps": 3, "batch_size": 8, "micro_batch_size": micro}
+        # one padded batch per micro-batch: the test isolates accumulation (bucketed padding, whose float
+        # rounding differs with the micro-batch's rows, has its own test in test_reward_fast_paths.py)
+        train = {"steps": 3, "batch_size": 8, "micro_batch_size": micro, "length_buckets": 1}
         runs[micro] = _train(tiny_base, "gpm", tmp_path / str(micro), pairs, train=train)[1].history
     for micro in (4, 2):
         for ref, got in zip(runs[8], runs[micro], strict=True):
             for key in ("loss", "grad_norm", "prob", "accuracy"):
-                # later steps differ only by float summation order amplified through Adam
-                assert got[key] == pytest.approx(ref[key], rel=1e-6 if ref["step"] == 1 else 1e-3), (
+                # float32 summation order over other micro-batch splits (step 1: 1.1e-6 relative seen on the
+                # grad norm here, already at the previous commit); later steps: that noise amplified by Adam
+                assert got[key] == pytest.approx(ref[key], rel=1e-5 if ref["step"] == 1 else 1e-3), (
                     micro,
                     key,
                 )
