@@ -211,7 +211,10 @@ def main() -> None:
         print(common.table(rows[-2:], "pairs/s", peer), flush=True)
     print()
     print(common.table(rows, "pairs/s", peer))
-    path = common.write("reward_train", {"rows": rows, "unit": "training pairs per CPU second (median step)"})
+    path = common.write(
+        "reward_train_" + "_".join(sorted(only)),
+        {"rows": rows, "unit": "training pairs per CPU second (median step)"},
+    )
     print(f"written {path}")
 
 
