@@ -212,7 +212,8 @@ def main() -> None:
     print()
     print(common.table(rows, "pairs/s", peer))
     path = common.write(
-        "reward_train_" + "_".join(sorted(only)),
+        "reward_train"
+        + ("" if only == ["tiny"] else "_" + "_".join(sorted(only))),  # default: reward_train.json
         {"rows": rows, "unit": "training pairs per CPU second (median step)"},
     )
     print(f"written {path}")
