@@ -2,12 +2,13 @@
 saved reward model (backbone + head), the same rows, batch size and max length. A timed unit is a whole pass
 from text rows to one score per pair (chat formatting, tokenisation, batching, forward, head, compare).
 
-    .venv-bench/bin/python benchmarks/scoring.py [--quick] [--only rewardbench|hh] [--rounds 3]
+    .venv-bench/bin/python benchmarks/scoring.py [--quick] [--only synthetic|rewardbench|hh] [--rounds 3]
 
 The model is a random-initialised reward model built on the default scratch base (the pipeline's own BPE
 tokenizer with its chat template, trained here on the rows; a tiny Llama of base.model's default size: hidden
 128, 2 layers, vocab 512), a BT head on the last token's state, written once to results/benchmarks/_scoring/
-and loaded by both sides. Rows are real files from ../shared/data (see its README), pointed at by path.
+and loaded by both sides. Rows: the synthetic world's test pairs (the default eval benchmark; data.synthetic defaults,
+seed 0, generated into the same folder) and real files from ../shared/data (see its README), pointed at by path.
 
 The peer is what a competent user writes: render each row with the chat template, tokenise all texts in one
 batched call (left truncation, so the end of the response is kept), sort by length, pad each batch to its
@@ -193,8 +194,9 @@ def main() -> None:
     rounds = 1 if a.quick else a.rounds
     cases = []
     synthetic_pairs()
-    for dataset in a.only or ["synthetic", "rewardbench", "hh"]:
-        for max_length in (128, 256):
+    lengths = {"synthetic": (128,), "rewardbench": (128, 256), "hh": (128,)}
+    for dataset in a.only or ["synthetic", "rewardbench"]:
+        for max_length in lengths[dataset]:
             case = dict(
                 dataset=dataset,
                 rows=200 if a.quick else None,
