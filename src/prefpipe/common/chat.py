@@ -32,3 +32,24 @@ def format_pair(tokenizer: Any, prompt: str, response: str, add_eos: bool = True
     if add_eos and eos and not text.endswith(eos):
         text += eos
     return text
+
+
+def format_pairs(
+    tokenizer: Any, prompts: list[str], responses: list[str], add_eos: bool = True
+) -> tuple[list[str], list[str]]:
+    """format_pair for many rows, rendering each distinct prompt once (the chat template is Jinja, slow per
+    call). Returns the formatted prompts and the formatted pairs, row by row; the same strings as format_prompt
+    and format_pair."""
+    rendered: dict[str, str] = {}
+    eos = getattr(tokenizer, "eos_token", None) if add_eos else None
+    heads, texts = [], []
+    for prompt, response in zip(prompts, responses, strict=True):
+        head = rendered.get(prompt)
+        if head is None:
+            head = rendered[prompt] = format_prompt(tokenizer, prompt)
+        text = head + response
+        if eos and not text.endswith(eos):
+            text += eos
+        heads.append(head)
+        texts.append(text)
+    return heads, texts

@@ -68,7 +68,14 @@ def encode_sequences(
     model: PairScorer, prompts: Sequence[str], responses: Sequence[str], batch_size: int
 ) -> tuple[dict[str, torch.Tensor], int]:
     """Encode (prompts[i], responses[i]) in length-sorted batches (longest first); rows back in input order.
-    Returns the encodings and the number of batches."""
+    Returns the encodings and the number of batches. A model with `encode_dataset` (prefpipe's RewardModel)
+    gets the whole dataset at once: it tokenises in one batched call and buckets batches by token length."""
+    whole = getattr(model, "encode_dataset", None)
+    if whole is not None:
+        with torch.inference_mode():
+            encoded, n_batches = whole(list(prompts), list(responses), batch_size)
+        _check_batch(encoded, len(prompts))
+        return {k: v.detach().to("cpu") for k, v in encoded.items()}, n_batches
     lengths = np.array([len(p) + len(r) for p, r in zip(prompts, responses, strict=True)])
     order = np.argsort(-lengths, kind="stable")  # longest first
     parts = []

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from prefpipe.common.chat import format_pair, format_prompt, has_chat_template
+from prefpipe.common.chat import format_pair, format_pairs, format_prompt, has_chat_template
 from prefpipe.common.config import ConfigError
 from prefpipe.reward.pooling import position_ids_from_mask
 
@@ -112,6 +112,28 @@ class PairEncoder:
         inverse = torch.empty(len(rows), dtype=torch.long)
         inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(rows))
         return {"buckets": chunks, "inverse": inverse}
+
+    def tokenize_batch(self, prompts: list[str], responses: list[str]) -> list[TokenizedRow]:
+        """tokenize() for many rows at once: each distinct prompt formatted and tokenised once, all pair texts in
+        one batched tokenizer call (a fast tokenizer encodes the batch in Rust); the same rows and counts."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        if not prompts:
+            return []
+        heads, texts = format_pairs(self.tokenizer, prompts, responses)
+        distinct = list(dict.fromkeys(heads))
+        encode = {"add_special_tokens": self.add_special_tokens, "verbose": False}
+        head_ids = dict(zip(distinct, self.tokenizer(distinct, **encode)["input_ids"], strict=True))
+        rows = []
+        for head, full in zip(heads, self.tokenizer(texts, **encode)["input_ids"], strict=True):
+            prompt_ids = head_ids[head]
+            n = len(prompt_ids)
+            common = n if full[:n] == prompt_ids else _common_prefix(full, prompt_ids)
+            row, cut = truncate_row(full, max(1, min(common, len(full) - 1)), self.max_length, self.special)
+            if cut:
+                self.truncated[cut] += 1
+            rows.append(row)
+        return rows
 
     def pad(self, rows: list[TokenizedRow]) -> dict[str, torch.Tensor]:
         """Dynamic padding to the longest row; prompt_index is the last prompt token's padded position."""

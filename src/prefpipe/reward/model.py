@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from prefpipe.common.chat import has_chat_template
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
 from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
+from prefpipe.reward.batching import plan_batches
 from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import RewardHead, build_head
 from prefpipe.reward.pooling import gather_positions, mean_pool, pool, response_mask
@@ -128,19 +131,22 @@ class RewardModel(nn.Module):
     def features(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        attention_mask: torch.Tensor | None,
         prompt_index: torch.Tensor,
         position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The head's raw inputs: response features (N, head_input_size), before standardisation, and the
         prompt's last state (N, H). With embedding_features the response features end with the mean of the
-        response tokens' input embeddings, which carries the reply's content independently of its wording."""
+        response tokens' input embeddings, which carries the reply's content independently of its wording.
+        attention_mask None means no padding: the backbone gets no mask (SDPA's causal fast path)."""
         kwargs: dict[str, Any] = {}
         if position_ids is not None and self._uses_position_ids:
             kwargs["position_ids"] = position_ids
         if self._no_cache:
             kwargs["use_cache"] = False
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
         pooled = pool(hidden, attention_mask, self.spec.pooling, prompt_index)
         if self.spec.embedding_features:
             embedded = self.backbone.get_input_embeddings()(input_ids)
@@ -178,25 +184,63 @@ class RewardModel(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    @torch.no_grad()
     def encode(self, prompts: list[str], responses: list[str], batch_size: int) -> dict[str, torch.Tensor]:
         """Encode rows (prompts[i], responses[i]) in eval mode; float32 CPU tensors, batch-size independent."""
+        return self.encode_dataset(prompts, responses, batch_size)[0]
+
+    @torch.inference_mode()
+    def encode_dataset(
+        self, prompts: Sequence[str], responses: Sequence[str], batch_size: int
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        """Encode a whole dataset at once; returns the encodings (row order) and the number of forward passes.
+
+        Each distinct (prompt, response) is encoded once; all rows are tokenised in one batched call; batches
+        are length-bucketed (prefpipe.reward.batching): a batch of equal lengths runs without an attention mask,
+        the others pad to their longest row. Outputs stay on the model's device until the end (no host sync
+        per batch). Truncations are counted per row, duplicates included, as tokenize() would."""
         if self.training:
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")
-        rows = self.encoder.tokenize_many(list(prompts), list(responses))
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))  # less padding per batch
         keys = self.head.encoding_keys
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        if not prompts:
+            return {k: torch.empty(0) for k in keys}, 0
+        distinct: dict[tuple[str, str], int] = {}
+        where = [distinct.setdefault(pair, len(distinct)) for pair in zip(prompts, responses, strict=True)]
+        unique = list(distinct)
+        rows = self.encoder.tokenize_batch([p for p, _ in unique], [r for _, r in unique])
+        copies = Counter(where)  # tokenize_batch counted each distinct cut row once
+        for i, row in enumerate(rows):
+            if row.cut and copies[i] > 1:
+                self.encoder.truncated[row.cut] += copies[i] - 1
+        device = self.device
         parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
-        for start in range(0, len(order), batch_size):
-            batch = self.encoder.pad([rows[i] for i in order[start : start + batch_size]])
-            out = self(**{k: v.to(self.device) for k, v in batch.items()})
+        order: list[int] = []
+        batches = plan_batches([len(r.input_ids) for r in rows], batch_size)
+        for number, batch in enumerate(batches, start=1):
+            chosen = [rows[i] for i in batch.rows]
+            if batch.uniform:
+                inputs = {
+                    "input_ids": torch.tensor([r.input_ids for r in chosen], dtype=torch.long),
+                    "attention_mask": None,
+                    "prompt_index": torch.tensor([r.prompt_len - 1 for r in chosen], dtype=torch.long),
+                }
+            else:
+                inputs = self.encoder.pad(chosen)
+                if (
+                    self.encoder.padding_side == "right"
+                ):  # positions 0, 1, ... already: no position_ids to check
+                    inputs.pop("position_ids")
+            out = self(**{k: None if v is None else v.to(device) for k, v in inputs.items()})
             for k in keys:
-                parts[k].append(out[k].float().cpu())
-        if not rows:
-            return {k: torch.empty(0) for k in keys}
+                parts[k].append(out[k].float())
+            order += batch.rows
+            if number % 50 == 0:
+                log.info("encoded %d / %d batches", number, len(batches))
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-        return {k: torch.cat(v)[inverse] for k, v in parts.items()}
+        index = inverse[torch.tensor(where, dtype=torch.long)].to(device)
+        return {k: torch.cat(v).index_select(0, index).cpu() for k, v in parts.items()}, len(batches)
 
     def compare(self, enc_a: dict[str, torch.Tensor], enc_b: dict[str, torch.Tensor]):
         """s(a > b | x) per row and its variance (Bayesian heads, closed form) or None."""
