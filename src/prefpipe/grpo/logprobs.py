@@ -36,16 +36,70 @@ def _chunk_logprobs(
         logits_to_keep=n_completion + 1,
         use_cache=False,
     )
-    logits = out.logits[:, -(n_completion + 1) : -1, :].float()
+    return token_logprobs(
+        out.logits[:, -(n_completion + 1) : -1, :], input_ids[:, -n_completion:], temperature, with_entropy
+    )
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, T) fp32 log-probs of `targets` under (B, T, V) `logits`; entropy (detached) if asked.
+
+    Without entropy only the chosen token's logit and the log-normaliser are taken (selective log-softmax:
+    no (B, T, V) log-prob tensor is written); with it one log_softmax serves both."""
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
+    if not with_entropy:
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1), None
     log_probs = F.log_softmax(logits, dim=-1)
-    targets = input_ids[:, -n_completion:]
     token_logp = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = -(log_probs.exp() * log_probs).sum(-1).detach()
+    entropy = -(log_probs.exp() * log_probs).sum(-1).detach()
     return token_logp, entropy
+
+
+def shared_prompt_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    group: torch.Tensor,
+    completion_ids: torch.Tensor,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(k, C) log-probs of k completions whose prompts are shared: row i continues prompt `group[i]`.
+
+    Each distinct prompt (left padded, (g, P)) is forwarded ONCE; its KV cache is gathered to the k rows and
+    the completions (C-1 input tokens: the last token is only a target) run on top of it. Causal attention
+    makes this the same computation as forwarding every [prompt, completion] row (to float tolerance), and
+    gradients reach the prompt positions through the gathered cache (summed over the group's rows), so the
+    backward is the same too, with the prompt computed 1/G as often."""
+    position = position_ids_from_mask(prompt_mask)
+    first = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=position,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    logits = first.logits[group]  # (k, 1, V): predicts completion token 0
+    C = completion_ids.shape[1]
+    if C > 1:
+        cache = first.past_key_values
+        cache.batch_select_indices(group)
+        mask = prompt_mask[group]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], C - 1)], dim=1)
+        pos = (position[group, -1:] + 1) + torch.arange(C - 1, device=position.device)[None, :]
+        rest = model(
+            input_ids=completion_ids[:, : C - 1],
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = torch.cat([logits, rest.logits], dim=1)
+    return token_logprobs(logits, completion_ids, temperature, with_entropy)
 
 
 def completion_logprobs(
