@@ -207,11 +207,16 @@ def _lora(model, seed: int):
     return peft_model.eval()
 
 
-@pytest.mark.parametrize("variant", ["full", "lora", "lora_disabled"])
-def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant):
+@pytest.mark.parametrize("variant", ["full", "lora", "lora_disabled", "full_unfused"])
+def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant, monkeypatch):
     import contextlib
 
+    from prefpipe.grpo import lean_decode
     from prefpipe.grpo.lean_decode import LeanLlama
+
+    if variant == "full_unfused":  # the large-layer path: q/k/v and gate/up stay separate matmuls
+        monkeypatch.setattr(lean_decode, "FUSE_ELEMENTS_PER_STEP", 0)
+        variant = "full"
 
     m = model if variant == "full" else _lora(model, 5)
     ctx = m.disable_adapter() if variant == "lora_disabled" else contextlib.nullcontext()
@@ -222,7 +227,7 @@ def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok,
         eos = _frequent_token(m, tok)
         args = (G, T, [eos], pad_token_id(tok))
         # logits of one lean step against the model's forward on the same prefix (GQA: 4 heads, 2 kv heads)
-        lean = LeanLlama.build(m)
+        lean = LeanLlama.build(m, 4)
         assert lean is not None
         pos = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
         first = m(
@@ -249,4 +254,27 @@ def test_lean_decode_declines_what_it_does_not_know(tok):
     from prefpipe.grpo.lean_decode import LeanLlama
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32))
-    assert LeanLlama.build(gpt2) is None
+    assert LeanLlama.build(gpt2, 4) is None
+
+
+@pytest.mark.parametrize("width", [1, 7])
+def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
+    """Groups of unequal size (3, 1, 2 rows): log-probs, entropy and gradients of the one-call form (completions
+    packed behind their prompt under a 4-D mask) against the two-call form, itself checked against the padded
+    layout in the test above."""
+    from prefpipe.grpo.logprobs import prefix_packed_logprobs, shared_prompt_logprobs
+
+    m = tiny_llama(tok, seed=3)
+    batch = tokenize_prompts(tok, PROMPTS[:3], None)
+    group = torch.tensor([0, 0, 0, 1, 2, 2])
+    comp = torch.randint(5, 200, (6, width), generator=torch.Generator().manual_seed(0))
+    res = []
+    for fn in (shared_prompt_logprobs, prefix_packed_logprobs):
+        m.zero_grad()
+        logp, ent = fn(m, batch.input_ids, batch.attention_mask, group, comp, 0.7, True)
+        (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+        res.append((logp.detach(), ent, torch.cat([p.grad.flatten() for p in m.parameters()])))
+    (lp_a, ent_a, grad_a), (lp_b, ent_b, grad_b) = res
+    assert torch.allclose(lp_a, lp_b, atol=1e-5)
+    assert torch.allclose(ent_a, ent_b, atol=1e-5)
+    assert torch.allclose(grad_a, grad_b, atol=1e-5, rtol=1e-4)

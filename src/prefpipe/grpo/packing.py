@@ -13,8 +13,9 @@ The row partition into micro-batches is untouched (bnpo normalises per micro-bat
 rows go. `with_prompt` (a debugging switch) keeps the padded layout.
 
 `share_prompt_span` goes further: the G rows of a group have the same prompt, so the prompt is forwarded once
-per group in the micro-batch and its KV cache serves the group's completions (`shared_prompt_logprobs`); the
-forward/backward then carries each prompt once instead of G times. Every layout answers `logprobs(model, ...)`
+per group in the micro-batch and serves the group's completions (`grouped_logprobs`: through its KV cache in a
+second call, or in one call with the group's completions packed behind it under a 4-D mask, whichever costs
+less for the model's size); the forward/backward then carries each prompt once instead of G times. Every layout answers `logprobs(model, ...)`
 with (k, C) values in the span's layout (completion token j in column j), so the trainer does not care which
 one it holds.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prefpipe.grpo.logprobs import completion_logprobs, shared_prompt_logprobs
+from prefpipe.grpo.logprobs import completion_logprobs, grouped_logprobs
 from prefpipe.grpo.rollout import Rollout
 from prefpipe.grpo.spans import Span
 
@@ -74,7 +75,7 @@ class SharedPromptSpan:
     def logprobs(
         self, model: torch.nn.Module, temperature: float, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return shared_prompt_logprobs(
+        return grouped_logprobs(
             model,
             self.prompt_ids,
             self.prompt_mask,

@@ -97,7 +97,7 @@ def decode(
     logits = first.logits[:, -1, :].repeat_interleave(group_size, dim=0)
     attn = prompt_mask.repeat_interleave(group_size, dim=0)
     next_pos = (position[:, -1] + 1).repeat_interleave(group_size)
-    fast = LeanLlama.build(model) if lean else None
+    fast = LeanLlama.build(model, max_new_tokens) if lean else None
     if fast is not None:
         fast.start(cache, attn, next_pos, max_new_tokens)
     rows = torch.arange(n, device=device)  # batch slot -> output row
