@@ -262,7 +262,7 @@ def main() -> None:
                     steps=steps,
                 )
             )
-        for tokens in (16, 64, 128):
+        for tokens in (16, 32, 64):
             cases.append(
                 dict(
                     group="scaling_length",
