@@ -177,6 +177,7 @@ def worker_trl(case: dict) -> list[float]:
         learning_rate=1e-5, max_steps=case["steps"] + 1, logging_steps=1000, save_strategy="no", report_to=[],
         use_cpu=True, mask_truncated_completions=False, loss_type="dapo", scale_rewards="group",
         disable_dropout=True, seed=0, dataloader_num_workers=0, shuffle_dataset=False,
+        bf16=False,  # GRPOConfig defaults to bf16 autocast (CPU too); prefpipe trains in fp32: same precision
     )  # fmt: skip
     from prefpipe.common.chat import format_prompt, has_chat_template
 
