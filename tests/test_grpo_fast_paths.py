@@ -278,3 +278,20 @@ def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
     assert torch.allclose(lp_a, lp_b, atol=1e-5)
     assert torch.allclose(ent_a, ent_b, atol=1e-5)
     assert torch.allclose(grad_a, grad_b, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_form_without_a_cache_falls_back_to_one_call(tok):
+    """A policy under gradient checkpointing returns no KV cache in training mode; the two-call form then takes
+    the one-call form and gives the same log-probs."""
+    from prefpipe.grpo.logprobs import shared_prompt_logprobs
+
+    m = tiny_llama(tok, seed=3)
+    batch = tokenize_prompts(tok, PROMPTS[:2], None)
+    group = torch.tensor([0, 0, 1])
+    comp = torch.randint(5, 200, (3, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, _ = shared_prompt_logprobs(m, batch.input_ids, batch.attention_mask, group, comp, 1.0)
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    m.train()
+    got, _ = shared_prompt_logprobs(m, batch.input_ids, batch.attention_mask, group, comp, 1.0)
+    assert torch.allclose(got.detach(), want, atol=1e-5)

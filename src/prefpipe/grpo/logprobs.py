@@ -90,6 +90,10 @@ def shared_prompt_logprobs(
         logits_to_keep=1,
     )
     logits = first.logits[group]  # (k, 1, V): predicts completion token 0
+    if C > 1 and first.past_key_values is None:  # a model that returns no cache (gradient checkpointing)
+        return prefix_packed_logprobs(
+            model, prompt_ids, prompt_mask, group, completion_ids, temperature, with_entropy
+        )
     if C > 1:
         cache = first.past_key_values
         cache.batch_select_indices(group)
