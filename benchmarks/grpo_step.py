@@ -47,8 +47,15 @@ def prompts(n: int) -> list[str]:
     return [f"Say {WORDS[i % len(WORDS)]} and {WORDS[(3 * i + 1) % len(WORDS)]} {i} times." for i in range(n)]
 
 
+def _text(completion) -> str:
+    """A completion as text: TRL hands conversational prompts' completions over as message lists."""
+    if isinstance(completion, list):
+        return "".join(m["content"] for m in completion)
+    return completion if isinstance(completion, str) else str(completion)
+
+
 def reward_length(completions, **_) -> list[float]:
-    return [len(c if isinstance(c, str) else str(c)) / 50.0 for c in completions]
+    return [len(_text(c)) / 50.0 for c in completions]
 
 
 def lora_config():
@@ -170,8 +177,17 @@ def worker_trl(case: dict) -> list[float]:
         learning_rate=1e-5, max_steps=case["steps"] + 1, logging_steps=1000, save_strategy="no", report_to=[],
         use_cpu=True, mask_truncated_completions=False, loss_type="dapo", scale_rewards="group",
         disable_dropout=True, seed=0, dataloader_num_workers=0, shuffle_dataset=False,
+        bf16=False,  # GRPOConfig defaults to bf16 autocast (CPU too); prefpipe trains in fp32: same precision
     )  # fmt: skip
-    ds = Dataset.from_dict({"prompt": prompts(64 * case["G"])})
+    from prefpipe.common.chat import format_prompt, has_chat_template
+
+    # the same prompt tokens as prefpipe: with a chat template, conversational prompts (TRL applies the template
+    # as prefpipe's format_prompt does); without one, prefpipe's plain prompt text (prompt + separator)
+    if has_chat_template(tok):
+        texts = [[{"role": "user", "content": p}] for p in prompts(64 * case["G"])]
+    else:
+        texts = [format_prompt(tok, p) for p in prompts(64 * case["G"])]
+    ds = Dataset.from_dict({"prompt": texts})
     times: list[float] = []
 
     class Timer(TrainerCallback):
@@ -247,7 +263,7 @@ def main() -> None:
                     steps=steps,
                 )
             )
-        for tokens in (16, 64, 128):
+        for tokens in (16, 32, 64):
             cases.append(
                 dict(
                     group="scaling_length",

@@ -39,8 +39,10 @@ def test_two_processes_take_the_one_process_steps(tmp_path, overrides):
     one_w, one_m = _launch(tmp_path / "one", 1, overrides)
     two_w, two_m = _launch(tmp_path / "two", 2, overrides)
     for name, value in one_w.items():
-        # Adam turns float noise in a near-zero gradient entry into a step of up to lr: a loose absolute bound
-        assert torch.allclose(value, two_w[name], atol=5e-5, rtol=1e-4), name
+        # Adam turns float noise in a near-zero gradient entry into a step of up to lr (3e-2 here): a loose
+        # absolute bound (the shared-prompt forward sums a prompt token's embedding gradient in another order;
+        # one embedding entry of 10240 moved by 7.9e-5, every other parameter by < 1.2e-5)
+        assert torch.allclose(value, two_w[name], atol=2e-4, rtol=1e-4), name
     for a, b in zip(one_m, two_m, strict=True):
         for key in (
             "loss",

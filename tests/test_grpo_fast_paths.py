@@ -9,9 +9,8 @@ import torch
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
-from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
-from prefpipe.grpo.packing import pack_span, plain_span
+from prefpipe.grpo.packing import pack_span, plain_span, share_prompt_span
 from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf, pad_token_id, tokenize_prompts
 from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
 from prefpipe.grpo.spans import loss_spans
@@ -126,12 +125,17 @@ def test_unpadded_micro_batches_give_the_padded_losses_and_gradients(model, tok,
     adv = torch.linspace(-1.0, 1.0, n)
     norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), 8)
     results = []
-    for build in (lambda sp: plain_span(ro, sp), lambda sp: pack_span(ro, sp, pad_token_id(tok))):
+    layouts = (
+        lambda sp: plain_span(ro, sp),
+        lambda sp: pack_span(ro, sp, pad_token_id(tok)),
+        lambda sp: share_prompt_span(ro, sp, 4),  # each prompt forwarded once per micro-batch
+    )
+    for build in layouts:
         model.zero_grad()
         losses, logps = [], []
         for sp in spans:
             mb = build(sp)
-            logp = mb.align(completion_logprobs(model, *mb.inputs(), mb.n_scored, 0.7)[0])
+            logp, ent = mb.logprobs(model, 0.7, with_entropy=True)
             ref = logp.detach() + 0.05
             out = grpo_loss(
                 logp, logp.detach() - 0.01, adv[mb.rows], mb.mask, norms, loss_type=loss_type,
@@ -142,16 +146,30 @@ def test_unpadded_micro_batches_give_the_padded_losses_and_gradients(model, tok,
             full = torch.zeros(n, mb.n_scored)
             full[mb.rows] = logp.detach() * mb.mask
             logps.append(full)
+            full = torch.zeros(n, mb.n_scored)
+            full[mb.rows] = ent * mb.mask
+            logps.append(full)
+            # the no-entropy (selective log-softmax) form gives the same log-probs
+            with torch.no_grad():
+                assert torch.allclose(
+                    mb.logprobs(model, 0.7)[0] * mb.mask, logp.detach() * mb.mask, atol=1e-5
+                )
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
         results.append((torch.stack(losses).sum(), logps, grads))
-    (loss_a, logp_a, grad_a), (loss_b, logp_b, grad_b) = results
-    assert torch.allclose(loss_a, loss_b, atol=1e-6, rtol=1e-5)
-    for a, b in zip(logp_a, logp_b, strict=True):
-        assert torch.allclose(a, b, atol=1e-5)
-    assert torch.allclose(grad_a, grad_b, atol=1e-6, rtol=1e-4)
+    loss_a, logp_a, grad_a = results[0]
+    for loss_b, logp_b, grad_b in results[1:]:
+        assert torch.allclose(loss_a, loss_b, atol=1e-6, rtol=1e-5)
+        for a, b in zip(logp_a, logp_b, strict=True):
+            assert torch.allclose(a, b, atol=1e-5)
+        assert torch.allclose(grad_a, grad_b, atol=1e-6, rtol=1e-4)
     packed = [pack_span(ro, sp, pad_token_id(tok)) for sp in spans]
     plain_tokens = sum(plain_span(ro, sp).input_ids.numel() for sp in spans)
     assert sum(p.input_ids.numel() for p in packed) < plain_tokens  # it does drop padding
+    shared = [share_prompt_span(ro, sp, 4) for sp in spans]
+    shared_tokens = sum(s.prompt_ids.numel() + s.completion_ids.numel() for s in shared)
+    assert shared_tokens < sum(
+        p.input_ids.numel() for p in packed
+    )  # and each prompt goes once per micro-batch
 
 
 def test_fused_adamw_steps_like_the_plain_loop(tok):
@@ -171,3 +189,109 @@ def test_fused_adamw_steps_like_the_plain_loop(tok):
             opt.step()
     for a, b in zip(ref_model.parameters(), fast_model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _lora(model, seed: int):
+    """A LoRA-wrapped copy of `model` whose adapter is not the identity (lora_B random, not zero)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return peft_model.eval()
+
+
+@pytest.mark.parametrize("variant", ["full", "lora", "lora_disabled", "full_unfused"])
+def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant, monkeypatch):
+    import contextlib
+
+    from prefpipe.grpo import lean_decode
+    from prefpipe.grpo.lean_decode import LeanLlama
+
+    if variant == "full_unfused":  # the large-layer path: q/k/v and gate/up stay separate matmuls
+        monkeypatch.setattr(lean_decode, "FUSE_ELEMENTS_PER_STEP", 0)
+        variant = "full"
+
+    m = model if variant == "full" else _lora(model, 5)
+    ctx = m.disable_adapter() if variant == "lora_disabled" else contextlib.nullcontext()
+    batch = tokenize_prompts(tok, PROMPTS, None)
+    G, T = 3, 12
+    u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(2))
+    with ctx, torch.no_grad():
+        eos = _frequent_token(m, tok)
+        args = (G, T, [eos], pad_token_id(tok))
+        # logits of one lean step against the model's forward on the same prefix (GQA: 4 heads, 2 kv heads)
+        lean = LeanLlama.build(m, 4)
+        assert lean is not None
+        pos = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        first = m(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=pos, use_cache=True
+        )
+        lean.start(first.past_key_values, batch.attention_mask, pos[:, -1] + 1, 4)
+        nxt = torch.tensor([3, 7, 11, 13])
+        full_ids = torch.cat([batch.input_ids, nxt[:, None]], 1)
+        full_mask = torch.cat([batch.attention_mask, torch.ones(4, 1, dtype=torch.long)], 1)
+        full_pos = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        want = m(input_ids=full_ids, attention_mask=full_mask, position_ids=full_pos).logits[:, -1]
+        assert torch.allclose(lean.step(nxt), want, atol=1e-5)
+        for uu in (None, u):  # greedy and sampled, rows finishing early (compaction)
+            fast = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
+            plain = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0, lean=False)
+            if uu is None:
+                assert (fast == eos).any(dim=1).sum() >= 2
+            assert torch.equal(fast, plain)
+
+
+def test_lean_decode_declines_what_it_does_not_know(tok):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from prefpipe.grpo.lean_decode import LeanLlama
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    assert LeanLlama.build(gpt2, 4) is None
+
+
+@pytest.mark.parametrize("width", [1, 7])
+def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
+    """Groups of unequal size (3, 1, 2 rows): log-probs, entropy and gradients of the one-call form (completions
+    packed behind their prompt under a 4-D mask) against the two-call form, itself checked against the padded
+    layout in the test above."""
+    from prefpipe.grpo.logprobs import prefix_packed_logprobs, shared_prompt_logprobs
+
+    m = tiny_llama(tok, seed=3)
+    batch = tokenize_prompts(tok, PROMPTS[:3], None)
+    group = torch.tensor([0, 0, 0, 1, 2, 2])
+    comp = torch.randint(5, 200, (6, width), generator=torch.Generator().manual_seed(0))
+    res = []
+    for fn in (shared_prompt_logprobs, prefix_packed_logprobs):
+        m.zero_grad()
+        logp, ent = fn(m, batch.input_ids, batch.attention_mask, group, comp, 0.7, True)
+        (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+        res.append((logp.detach(), ent, torch.cat([p.grad.flatten() for p in m.parameters()])))
+    (lp_a, ent_a, grad_a), (lp_b, ent_b, grad_b) = res
+    assert torch.allclose(lp_a, lp_b, atol=1e-5)
+    assert torch.allclose(ent_a, ent_b, atol=1e-5)
+    assert torch.allclose(grad_a, grad_b, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_form_without_a_cache_falls_back_to_one_call(tok):
+    """A policy under gradient checkpointing returns no KV cache in training mode; the two-call form then takes
+    the one-call form and gives the same log-probs."""
+    from prefpipe.grpo.logprobs import shared_prompt_logprobs
+
+    m = tiny_llama(tok, seed=3)
+    batch = tokenize_prompts(tok, PROMPTS[:2], None)
+    group = torch.tensor([0, 0, 1])
+    comp = torch.randint(5, 200, (3, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, _ = shared_prompt_logprobs(m, batch.input_ids, batch.attention_mask, group, comp, 1.0)
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    m.train()
+    got, _ = shared_prompt_logprobs(m, batch.input_ids, batch.attention_mask, group, comp, 1.0)
+    assert torch.allclose(got.detach(), want, atol=1e-5)

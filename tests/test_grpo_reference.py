@@ -59,8 +59,15 @@ def _lora(model):
 
 
 def _count_forwards(module: torch.nn.Module, fn) -> int:
+    """Forward passes over a batch: calls that start from no KV cache (a shared-prompt pass is two calls, the
+    prompts and then the completions on their cache)."""
     calls = []
-    handle = module.register_forward_hook(lambda *_: calls.append(1))
+
+    def hook(_module, _args, kwargs, _out):
+        if kwargs.get("past_key_values") is None:
+            calls.append(1)
+
+    handle = module.register_forward_hook(hook, with_kwargs=True)
     try:
         fn()
     finally:

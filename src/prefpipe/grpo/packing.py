@@ -11,6 +11,13 @@ and metrics see exactly what the padded layout gives (to float tolerance; tests 
 
 The row partition into micro-batches is untouched (bnpo normalises per micro-batch), only columns and empty
 rows go. `with_prompt` (a debugging switch) keeps the padded layout.
+
+`share_prompt_span` goes further: the G rows of a group have the same prompt, so the prompt is forwarded once
+per group in the micro-batch and serves the group's completions (`grouped_logprobs`: through its KV cache in a
+second call, or in one call with the group's completions packed behind it under a 4-D mask, whichever costs
+less for the model's size); the forward/backward then carries each prompt once instead of G times. Every layout answers `logprobs(model, ...)`
+with (k, C) values in the span's layout (completion token j in column j), so the trainer does not care which
+one it holds.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from prefpipe.grpo.logprobs import completion_logprobs, grouped_logprobs
 from prefpipe.grpo.rollout import Rollout
 from prefpipe.grpo.spans import Span
 
@@ -39,6 +47,71 @@ class PackedSpan:
     def align(self, values: torch.Tensor) -> torch.Tensor:
         """(k, C) values at scored positions -> completion token j in column j (gradient flows)."""
         return values.gather(1, self.index)
+
+    def logprobs(
+        self, model: torch.nn.Module, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(k, C) log-probs (and entropy) of the span's scored tokens in the span's layout."""
+        logp, ent = completion_logprobs(
+            model, self.input_ids, self.attention_mask, self.n_scored, temperature, with_entropy=with_entropy
+        )
+        return self.align(logp), (self.align(ent) if ent is not None else None)
+
+
+@dataclass
+class SharedPromptSpan:
+    span: Span
+    rows: torch.Tensor  # (k,) rollout rows kept (each has a loss token)
+    prompt_ids: torch.Tensor  # (g, P) the distinct prompts, left padded to the longest of them
+    prompt_mask: torch.Tensor  # (g, P)
+    group: torch.Tensor  # (k,) which prompt each row continues
+    completion_ids: torch.Tensor  # (k, C)
+    mask: torch.Tensor  # (k, C)
+    n_scored: int  # C
+
+    def align(self, values: torch.Tensor) -> torch.Tensor:
+        return values
+
+    def logprobs(
+        self, model: torch.nn.Module, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return grouped_logprobs(
+            model,
+            self.prompt_ids,
+            self.prompt_mask,
+            self.group,
+            self.completion_ids,
+            temperature,
+            with_entropy=with_entropy,
+        )
+
+
+def share_prompt_span(rollout: Rollout, span: Span, group_size: int) -> SharedPromptSpan | None:
+    """The shared-prompt form of a completion-mode span (None: no row carries loss). Rollout rows are
+    prompt-major (rows p*G .. p*G+G-1 share prompt p), which `generate` guarantees."""
+    if span.n_scored != span.n_completion:
+        raise ValueError("share_prompt_span handles completion-mode spans only (mask_mode: completion)")
+    C = span.n_completion
+    local = (span.mask.sum(dim=1) > 0).nonzero().squeeze(-1)
+    if local.numel() == 0:
+        return None
+    rows = local + span.rows.start
+    groups, group = torch.unique_consecutive(
+        torch.div(rows, group_size, rounding_mode="floor"), return_inverse=True
+    )
+    first_rows = groups * group_size
+    prompt_ids, prompt_mask = rollout.prompt_ids[first_rows], rollout.prompt_mask[first_rows]
+    lead = int((prompt_mask.sum(dim=0) == 0).long().cumprod(0).sum())  # columns that are padding in every row
+    return SharedPromptSpan(
+        span=span,
+        rows=rows,
+        prompt_ids=prompt_ids[:, lead:],
+        prompt_mask=prompt_mask[:, lead:],
+        group=group,
+        completion_ids=rollout.completion_ids[rows, :C],
+        mask=span.mask[local],
+        n_scored=C,
+    )
 
 
 def pack_span(rollout: Rollout, span: Span, pad_id: int) -> PackedSpan | None:

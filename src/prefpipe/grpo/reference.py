@@ -63,6 +63,12 @@ class ReferencePolicy:
             )
         return logp
 
+    @torch.no_grad()
+    def span_logprobs(self, span, temperature: float) -> torch.Tensor:
+        """(k, C) log-probs of a micro-batch (`grpo.packing`: packed or shared-prompt layout) under pi_ref."""
+        with self.active() as model:
+            return span.logprobs(model, temperature)[0]
+
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     ref = copy.deepcopy(model)

@@ -10,12 +10,15 @@ Why not `model.generate`:
   change the samples, and a process that generates a slice of the batch (data-parallel GRPO) draws exactly the
   tokens a single process would draw for those rows.
 Greedy decoding (uniforms None) takes the argmax, as `generate` does; tests check both against `generate`.
+For Llama-architecture policies the decode steps after the prefill run through `LeanLlama` (preallocated
+cache, no per-step framework work; `grpo/lean_decode.py`), others through the model's forward.
 """
 
 from __future__ import annotations
 
 import torch
 
+from prefpipe.grpo.lean_decode import LeanLlama
 from prefpipe.grpo.logprobs import position_ids_from_mask
 
 
@@ -67,11 +70,13 @@ def decode(
     top_k: int,
     top_p: float,
     compact: bool = True,
+    lean: bool = True,
 ) -> torch.Tensor:
     """(P * group_size, C) completion ids for P left-padded prompts, prompt-major (rows p*G .. p*G+G-1 belong to
     prompt p); pad after each row's first EOS; C = the longest completion (at most max_new_tokens).
     `uniforms` (P*G, max_new_tokens) in [0, 1) drives sampling; None = greedy. compact=False keeps finished
-    rows in the batch (the plain loop, for tests)."""
+    rows in the batch (the plain loop, for tests); lean=False decodes through the model's forward even where
+    `LeanLlama` applies (tests compare the two)."""
     device = prompt_ids.device
     n = prompt_ids.shape[0] * group_size
     out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -92,6 +97,9 @@ def decode(
     logits = first.logits[:, -1, :].repeat_interleave(group_size, dim=0)
     attn = prompt_mask.repeat_interleave(group_size, dim=0)
     next_pos = (position[:, -1] + 1).repeat_interleave(group_size)
+    fast = LeanLlama.build(model, max_new_tokens) if lean else None
+    if fast is not None:
+        fast.start(cache, attn, next_pos, max_new_tokens)
     rows = torch.arange(n, device=device)  # batch slot -> output row
     done = torch.zeros(n, dtype=torch.bool, device=device)
     steps = 0
@@ -108,7 +116,10 @@ def decode(
             if keep.numel() == 0:
                 break
             if keep.numel() < rows.numel():
-                cache.batch_select_indices(keep)
+                if fast is not None:
+                    fast.select(keep)
+                else:
+                    cache.batch_select_indices(keep)
                 rows, token, attn, next_pos = rows[keep], token[keep], attn[keep], next_pos[keep]
         else:
             done = done | finished
@@ -116,6 +127,9 @@ def decode(
                 break
         if t + 1 == max_new_tokens:
             break
+        if fast is not None:
+            logits = fast.step(token)
+            continue
         attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)
         step_out = model(
             input_ids=token.unsqueeze(-1),

@@ -25,9 +25,8 @@ from prefpipe.grpo import diagnostics, inspect_record
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
-from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
-from prefpipe.grpo.packing import PackedSpan, pack_span, plain_span
+from prefpipe.grpo.packing import PackedSpan, SharedPromptSpan, plain_span, share_prompt_span
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import (
     RewardInputs,
@@ -38,7 +37,7 @@ from prefpipe.grpo.rewards import (
 from prefpipe.grpo.rewards import (
     verifier_reward as verifier_scores,
 )
-from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate, pad_token_id
+from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate
 from prefpipe.grpo.spans import completion_loss_mask, loss_spans
 from prefpipe.grpo.train_state import load_train_state, save_train_state
 from prefpipe.settings.grpo import GrpoSettings
@@ -221,10 +220,13 @@ class GRPOTrainer:
         ro = batch.rollout
         comp_mask = completion_loss_mask(ro, cfg.mask_truncated_completions)
         spans = loss_spans(ro, cfg.mask_mode, cfg.mask_truncated_completions, cfg.micro_batch_size)
-        pad = pad_token_id(self.tokenizer)
-        # unpadded micro-batches (only rows with a loss token, no padding columns); with_prompt stays padded
-        micro: list[PackedSpan] = [
-            pack_span(ro, sp, pad) if sp.n_scored == sp.n_completion else plain_span(ro, sp) for sp in spans
+        # micro-batches with each group's prompt forwarded once (only rows with a loss token, no padding
+        # columns); with_prompt stays padded
+        micro: list[PackedSpan | SharedPromptSpan] = [
+            share_prompt_span(ro, sp, cfg.num_generations)
+            if sp.n_scored == sp.n_completion
+            else plain_span(ro, sp)
+            for sp in spans
         ]
         n, width = ro.completion_ids.shape
         counts = dp.sum(
@@ -249,13 +251,9 @@ class GRPOTrainer:
         with torch.no_grad():
             for i, mb in enumerate(micro):
                 if cfg.num_iterations > 1:
-                    old_logp[i] = mb.align(
-                        completion_logprobs(self.policy, *mb.inputs(), mb.n_scored, cfg.temperature)[0]
-                    )
+                    old_logp[i] = mb.logprobs(self.policy, cfg.temperature)[0]
                 if cfg.beta != 0.0:
-                    ref_logp[i] = mb.align(
-                        self.reference.logprobs(*mb.inputs(), mb.n_scored, cfg.temperature)
-                    )
+                    ref_logp[i] = self.reference.span_logprobs(mb, cfg.temperature)
 
         # completion-token views for the metrics (KL, entropy): the last n_completion scored positions
         cur_logp = torch.zeros(n, width, device=self.device)
@@ -270,10 +268,7 @@ class GRPOTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             it_sums = torch.zeros(5, dtype=torch.float64, device=self.device)
             for i, mb in enumerate(micro):
-                logp, ent = completion_logprobs(
-                    self.policy, *mb.inputs(), mb.n_scored, cfg.temperature, with_entropy=it == 0
-                )
-                logp = mb.align(logp)
+                logp, ent = mb.logprobs(self.policy, cfg.temperature, with_entropy=it == 0)
                 out = grpo_loss(
                     logp,
                     old_logp[i] if old_logp[i] is not None else logp.detach(),
@@ -302,7 +297,7 @@ class GRPOTrainer:
                     c = mb.span.n_completion
                     if c:
                         cur_logp[mb.rows, :c] = logp.detach()[:, -c:]
-                        entropy[mb.rows, :c] = mb.align(ent)[:, -c:]
+                        entropy[mb.rows, :c] = ent[:, -c:]
                         if ref_full is not None:
                             ref_full[mb.rows, :c] = ref_logp[i][:, -c:]
             it_sums = dp.sum(it_sums)
