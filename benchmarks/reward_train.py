@@ -194,7 +194,7 @@ def main() -> None:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
         cases.append({**case, **prepare("tiny", 512, case["max_length"], work)})
     if "smollm2" in only:
-        case = dict(size="smollm2", batch=8, max_length=64, lr=1e-5, steps=2 if a.quick else 4)
+        case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
     rows = []
     peer = "TRL 1.16 RewardTrainer (BT)"
