@@ -10,7 +10,7 @@ pairs with the SAME token ids (prefpipe's PairEncoder tokenises them once; TRL r
 chosen_ids / rejected_ids, so it neither adds EOS nor filters), the same batch size (one micro-batch per step),
 max length (only pairs that fit are used, so neither side truncates or drops), learning rate (backbone and head
 alike), constant schedule without warm-up, no weight decay, gradient clipping 1.0, no dropout, no gradient
-checkpointing (TRL's RewardConfig turns it on by default: set off here, as prefpipe's default has it). prefpipe reads
+checkpointing (TRL's RewardConfig turns it on by default: off here, as in prefpipe's default). prefpipe reads
 the last non-pad token (pooling `last`, embedding_features and head standardisation off, no head fitting),
 exactly what LlamaForSequenceClassification does; data order is each side's own seeded shuffle.
 
