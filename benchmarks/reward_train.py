@@ -9,7 +9,8 @@ base.model in config/config.yaml, with the pipeline's scratch tokenizer trained 
 pairs with the SAME token ids (prefpipe's PairEncoder tokenises them once; TRL receives them pre-tokenised as
 chosen_ids / rejected_ids, so it neither adds EOS nor filters), the same batch size (one micro-batch per step),
 max length (only pairs that fit are used, so neither side truncates or drops), learning rate (backbone and head
-alike), constant schedule without warm-up, no weight decay, gradient clipping 1.0, no dropout. prefpipe reads
+alike), constant schedule without warm-up, no weight decay, gradient clipping 1.0, no dropout, no gradient
+checkpointing (TRL's RewardConfig turns it on by default: off here, as in prefpipe's default). prefpipe reads
 the last non-pad token (pooling `last`, embedding_features and head standardisation off, no head fitting),
 exactly what LlamaForSequenceClassification does; data order is each side's own seeded shuffle.
 
@@ -156,6 +157,7 @@ def worker_trl(case: dict) -> list[float]:
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=case["batch"], gradient_accumulation_steps=1,
         learning_rate=case["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         max_grad_norm=1.0, max_steps=case["steps"] + 1, max_length=case["max_length"], logging_steps=10_000,
+        gradient_checkpointing=False,  # TRL's RewardConfig defaults to True (a second forward in backward)
         save_strategy="no", report_to=[], use_cpu=True, disable_dropout=True, seed=0,
         dataloader_num_workers=0, bf16=False, fp16=False,
     )  # fmt: skip
@@ -194,7 +196,7 @@ def main() -> None:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
         cases.append({**case, **prepare("tiny", 512, case["max_length"], work)})
     if "smollm2" in only:
-        case = dict(size="smollm2", batch=8, max_length=64, lr=1e-5, steps=2 if a.quick else 4)
+        case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
     rows = []
     peer = "TRL 1.16 RewardTrainer (BT)"

@@ -1,7 +1,8 @@
 """The reward trainer's fast paths give what the plain ones give, on the same batch, to float tolerance:
 chosen and rejected in one forward vs two; length-bucketed padding (train.length_buckets) vs one padded
-batch, under either padding side, for the outputs, the per-pair losses and the gradients; the fused AdamW step
-vs the plain one; and whole training runs with and without buckets."""
+batch, under either padding side, for the outputs, the per-pair losses and the gradients; the chunk boundaries
+(train.bucket_pass_cost) against an exhaustive search; the fused AdamW step vs the plain one; and whole
+training runs with and without buckets."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from support.models import build_reward, save_tiny_base
 
+from prefpipe.reward.collate import chunk_bounds
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.trainer import RewardTrainer, make_optimizer, param_groups, to_device
 
@@ -77,10 +79,10 @@ def test_bucketed_padding_gives_the_same_outputs_losses_and_gradients(tiny_base,
     chosen, rejected = rows_of(rm, mixed_pairs())
     rows, n = chosen + rejected, len(chosen)
     plain_batch = rm.encoder.pad(rows)
-    bucketed = rm.encoder.pad_buckets(rows, buckets)
+    bucketed = rm.encoder.pad_buckets(rows, buckets, 0)  # cost 0: every allowed chunk is used
     padded = sum(b["input_ids"].numel() for b in bucketed["buckets"])
     assert padded < plain_batch["input_ids"].numel()  # the point: less padding
-    assert len(bucketed["buckets"]) == min(buckets, len(rows))
+    assert 1 < len(bucketed["buckets"]) <= min(buckets, len(rows))  # cost 0: no cut that saves nothing
 
     results = []
     for batch in (plain_batch, to_device(bucketed, torch.device("cpu"))):
@@ -98,6 +100,63 @@ def test_bucketed_padding_gives_the_same_outputs_losses_and_gradients(tiny_base,
         torch.testing.assert_close(
             grads_a[name], grads_b[name], rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
         )
+
+
+def exhaustive_chunks(lengths: list[int], max_chunks: int, pass_cost: int) -> tuple[int, int]:
+    """(cost, chunks) of the best split by trying every set of cut points (independent of the DP)."""
+    n, best = len(lengths), None
+    for mask in range(1 << (n - 1)):
+        bounds = [0] + [i + 1 for i in range(n - 1) if mask >> i & 1] + [n]
+        k = len(bounds) - 1
+        if k > max_chunks:
+            continue
+        cost = (
+            sum((b - a) * max(lengths[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)) + pass_cost * k
+        )
+        if best is None or (cost, k) < best:
+            best = (cost, k)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_chunks", [1, 2, 3, 8])
+@pytest.mark.parametrize("pass_cost", [0, 5, 32, 1000])
+def test_chunk_bounds_minimise_padded_tokens_plus_pass_cost(seed, max_chunks, pass_cost):
+    g = torch.Generator().manual_seed(seed)
+    lengths = sorted(torch.randint(1, 120, (11,), generator=g).tolist())
+    bounds = chunk_bounds(lengths, max_chunks, pass_cost)
+    assert bounds[0] == 0 and bounds[-1] == len(lengths) and bounds == sorted(set(bounds))
+    k = len(bounds) - 1
+    cost = sum((b - a) * lengths[b - 1] for a, b in zip(bounds, bounds[1:], strict=False)) + pass_cost * k
+    assert (cost, k) == exhaustive_chunks(lengths, max_chunks, pass_cost)
+    assert bounds == chunk_bounds(list(lengths), max_chunks, pass_cost)  # deterministic
+
+
+def test_chunk_bounds_edge_cases():
+    assert chunk_bounds([], 8, 32) == [0]
+    assert chunk_bounds([7], 8, 0) == [0, 1]
+    assert chunk_bounds([5, 5, 5, 5], 8, 0) == [0, 4]  # equal lengths: a cut saves nothing, so none
+    assert chunk_bounds([2, 2, 100, 100], 8, 0) == [0, 2, 4]
+    assert chunk_bounds([2, 2, 100, 100], 8, 196) == [0, 4]  # saves exactly 196 tokens: not worth it
+    assert chunk_bounds([2, 2, 100, 100], 8, 195) == [0, 2, 4]
+
+
+def test_bucketed_batch_with_a_pass_cost_uses_fewer_chunks(tiny_base):
+    rm, settings = build_reward(tiny_base, "bt")
+    assert settings.train.bucket_pass_cost == 32  # the config default reaches the settings
+    chosen, rejected = rows_of(rm, mixed_pairs())
+    rows = chosen + rejected
+    free = rm.encoder.pad_buckets(rows, 8, 0)
+    costly = rm.encoder.pad_buckets(rows, 8, 10_000)
+    assert len(free["buckets"]) == 8 and len(costly["buckets"]) == 1
+    assert torch.equal(
+        costly["buckets"][0]["input_ids"],
+        rm.encoder.pad(sorted(rows, key=lambda r: len(r.input_ids)))["input_ids"],
+    )
+    mid = rm.encoder.pad_buckets(rows, 8, settings.train.bucket_pass_cost)
+    padded = [sum(b["input_ids"].numel() for b in x["buckets"]) for x in (free, mid, costly)]
+    assert padded[0] <= padded[1] <= padded[2]
+    assert 1 <= len(mid["buckets"]) <= 8
 
 
 def test_fused_adamw_step_equals_the_plain_one(tiny_base):
@@ -144,3 +203,16 @@ def test_training_with_length_buckets_follows_the_plain_run(tiny_base, tmp_path,
         for key in ("loss", "grad_norm", "prob", "accuracy"):
             tol = 1e-4 if ref["step"] == 1 else 1e-3  # float32 summation order; later: amplified by Adam
             assert got[key] == pytest.approx(ref[key], rel=tol, abs=1e-6), (ref["step"], key)
+
+
+def test_bucketed_training_is_deterministic(tiny_base, tmp_path):
+    """Same seed, same settings (default length_buckets and bucket_pass_cost): bit-identical weights."""
+    train = {"steps": 3, "batch_size": 8, "micro_batch_size": 8}
+    weights = []
+    for run in ("a", "b"):
+        rm, settings = build_reward(tiny_base, "gpm", train=train)
+        RewardTrainer(rm, settings, mixed_pairs(16), tmp_path / run).train()
+        weights.append({k: v.clone() for k, v in rm.state_dict().items()})
+    assert weights[0].keys() == weights[1].keys()
+    for k in weights[0]:
+        assert torch.equal(weights[0][k], weights[1][k]), k

@@ -71,6 +71,38 @@ def truncate_row(
     return TokenizedRow(head + kept, len(head), "response"), "response"
 
 
+def chunk_bounds(lengths: list[int], max_chunks: int, pass_cost: int) -> list[int]:
+    """Cut points [0, ..., n] of ascending `lengths` into at most `max_chunks` contiguous chunks minimising
+    sum(rows * longest row) + pass_cost * chunks (padded tokens plus a fixed cost per backbone pass), by
+    dynamic programming over the sorted rows; ties go to fewer chunks, then to the earliest cut (a pure
+    function of the lengths, so runs and resumed runs cut alike)."""
+    n = len(lengths)
+    if n == 0:
+        return [0]
+    inf = float("inf")
+    best = [0.0] + [inf] * n  # best[j]: padded tokens of rows[:j] in the chunks used so far
+    back: list[list[int]] = []
+    choice: tuple[float, int] = (n * lengths[-1] + pass_cost, 1)
+    for k in range(1, min(max_chunks, n) + 1):
+        new = [inf] * (n + 1)
+        cut = [0] * (n + 1)
+        for j in range(k, n + 1):
+            width = lengths[j - 1]
+            for i in range(k - 1, j):
+                cost = best[i] + (j - i) * width
+                if cost < new[j]:
+                    new[j], cut[j] = cost, i
+        back.append(cut)
+        best = new
+        if best[n] + pass_cost * k < choice[0]:
+            choice = (best[n] + pass_cost * k, k)
+    bounds, j = [n], n
+    for k in range(choice[1], 0, -1):
+        j = back[k - 1][j]
+        bounds.append(j)
+    return bounds[::-1]
+
+
 class PairEncoder:
     """Tokenises (prompt, response) rows and pads batches; counts truncations by kind."""
 
@@ -101,14 +133,15 @@ class PairEncoder:
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         return [self.tokenize(p, r) for p, r in zip(prompts, responses, strict=True)]
 
-    def pad_buckets(self, rows: list[TokenizedRow], buckets: int) -> dict[str, Any]:
-        """Rows sorted by length (stable) and cut into `buckets` near-equal chunks, each padded to its own
+    def pad_buckets(self, rows: list[TokenizedRow], max_chunks: int, pass_cost: int) -> dict[str, Any]:
+        """Rows sorted by length (stable) and cut into at most `max_chunks` chunks, each padded to its own
         longest row: a batch of mixed lengths pads far less (RewardModel.forward(buckets=..., inverse=...)
-        runs one backbone pass per chunk and puts the outputs back in row order with `inverse`)."""
+        runs one backbone pass per chunk and puts the outputs back in row order with `inverse`). Where to cut
+        is chosen by chunk_bounds: an extra pass is only worth it where it saves more than `pass_cost`
+        padded tokens (each pass re-accumulates every weight gradient and the embedding's dense one)."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-        k = max(1, min(buckets, len(rows)))
-        cuts = [len(rows) * j // k for j in range(k + 1)]
-        chunks = [self.pad([rows[i] for i in order[a:b]]) for a, b in zip(cuts, cuts[1:], strict=False)]
+        bounds = chunk_bounds([len(rows[i].input_ids) for i in order], max_chunks, pass_cost)
+        chunks = [self.pad([rows[i] for i in order[a:b]]) for a, b in zip(bounds, bounds[1:], strict=False)]
         inverse = torch.empty(len(rows), dtype=torch.long)
         inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(rows))
         return {"buckets": chunks, "inverse": inverse}

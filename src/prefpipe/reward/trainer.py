@@ -247,9 +247,12 @@ class RewardTrainer:
         for m in range(self.ga):
             micro = idx[m * t.micro_batch_size : (m + 1) * t.micro_batch_size]
             n = len(micro)
-            # chosen and rejected in one forward, length-bucketed (train.length_buckets) to cut padding
+            # chosen and rejected in one forward, in length-sorted chunks (train.length_buckets at most,
+            # cut where a pass saves more than train.bucket_pass_cost padded tokens)
             batch = self.rm.encoder.pad_buckets(
-                [chosen[i] for i in micro] + [rejected[i] for i in micro], t.length_buckets
+                [chosen[i] for i in micro] + [rejected[i] for i in micro],
+                t.length_buckets,
+                t.bucket_pass_cost,
             )
             with acc.accumulate(model):
                 out = model(**to_device(batch, acc.device))

@@ -83,7 +83,8 @@ class TrainSettings:
     epochs: float
     batch_size: int  # pairs per optimizer step (all processes, all accumulation steps)
     micro_batch_size: int  # pairs per forward pass per process
-    length_buckets: int  # backbone passes per micro-batch over length-sorted rows (1 = one padded batch)
+    length_buckets: int  # at most this many backbone passes per micro-batch over length-sorted rows
+    bucket_pass_cost: int  # padded tokens one extra pass costs; chunk cuts minimise tokens + this x passes
     learning_rate: float
     head_learning_rate: float | None  # None = learning_rate
     weight_decay: float
