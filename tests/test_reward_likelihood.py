@@ -95,3 +95,15 @@ def test_an_untied_backbone_is_refused_naming_the_key(tmp_path):
     untied = save_tiny_base(tmp_path / "untied")
     with pytest.raises(ConfigError, match="likelihood_features"):
         build_reward(untied, "bt", **ON)
+
+
+def test_auto_is_on_for_a_tied_decoder_and_off_for_an_untied_one_or_lora(tied_base, tmp_path):
+    auto = {"backbone": {"likelihood_features": "auto"}}
+    assert build_reward(tied_base, "gpm", **auto)[0].spec.likelihood_features
+    untied, _ = build_reward(save_tiny_base(tmp_path / "untied"), "gpm", **auto)
+    assert not untied.spec.likelihood_features and untied.likelihood_model is None
+    assert untied.spec.head_input_size == 2 * untied.spec.hidden_size
+    with_lora, _ = build_reward(
+        tied_base, "gpm", lora={"enabled": True, "target_modules": ["q_proj"]}, **auto
+    )
+    assert not with_lora.spec.likelihood_features

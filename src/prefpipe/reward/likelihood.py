@@ -24,9 +24,14 @@ WIDTH = 2  # [mean token log-prob ; min token log-prob] over the response
 FOLDER = "likelihood_model"  # the frozen copy inside a saved reward model folder
 
 
-def check_usable(source: str, model_config: Any, kind: str, lora: bool) -> None:
-    """Refuse, naming the key, a backbone whose next-token scores cannot be read from its embeddings."""
-    tied = getattr(model_config, "tie_word_embeddings", False)
+def enabled(requested: bool | str, source: str, model_config: Any, kind: str, lora: bool) -> bool:
+    """Resolve backbone.likelihood_features: auto = on for a decoder with tied embeddings and no LoRA (the
+    scratch base), off otherwise; true refuses, naming the key, a backbone it cannot read."""
+    tied = bool(getattr(model_config, "tie_word_embeddings", False))
+    if requested == "auto":
+        return kind == "decoder" and tied and not lora
+    if not requested:
+        return False
     if kind != "decoder" or not tied:
         raise ConfigError(
             f"reward backbone.likelihood_features: backbone.model {source!r} is a {kind} with "
@@ -37,6 +42,7 @@ def check_usable(source: str, model_config: Any, kind: str, lora: bool) -> None:
         raise ConfigError(
             "reward backbone.likelihood_features: not supported with lora.enabled (set one false)"
         )
+    return True
 
 
 def freeze(model: nn.Module) -> nn.Module:

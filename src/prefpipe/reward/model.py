@@ -241,8 +241,9 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
     config = bb.load_config(base, s.trust_remote_code)
     width = bb.check_usable(str(base), config, s.trust_remote_code)
     kind = bb.backbone_kind(config, s.kind)
-    if s.likelihood_features:
-        likelihood.check_usable(str(base), config, kind, settings.lora.enabled)
+    with_likelihood = likelihood.enabled(
+        s.likelihood_features, str(base), config, kind, settings.lora.enabled
+    )
     tokenizer, pad_fix = bb.load_tokenizer(base, kind, s)
     max_length = settings.data.max_length
     limit = bb.max_positions(config)
@@ -268,10 +269,10 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
         backbone_format="lora" if settings.lora.enabled else "full",
         base_model=str(base) if settings.lora.enabled else None,
         embedding_features=s.embedding_features,
-        likelihood_features=s.likelihood_features,
+        likelihood_features=with_likelihood,
     )
     head = build_head(settings.head, spec.head_input_size, spec.hidden_size)
-    scorer = bb.load_backbone(base, s) if s.likelihood_features else None
+    scorer = bb.load_backbone(base, s) if with_likelihood else None
     log.info(
         "reward model: %s head on a %s backbone (%s pooling%s, hidden %d, head input %d, max_length %d)",
         spec.head.type,
