@@ -138,6 +138,18 @@ def save_tiny_base(folder: Path, pad: bool = True, hidden: int = 32, seed: int =
     return folder
 
 
+def save_tiny_tied_base(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
+    """A 2-layer causal Llama whose output layer is its input embeddings (what backbone.likelihood_features
+    needs) + `pair_tokenizer`, saved as an HF folder."""
+    tok = pair_tokenizer()
+    torch.manual_seed(seed)
+    LlamaForCausalLM(_llama_config(tok, hidden, 2, 2, 2, 128, tie_word_embeddings=True)).save_pretrained(
+        folder
+    )
+    tok.save_pretrained(folder)
+    return folder
+
+
 def build_reward(base: Path | str, head: str = "gpm", /, seed: int = 0, **overrides):
     """A fresh reward model on the backbone in `base` (head init seeded) and its settings:
     `tiny_reward_settings(head, **overrides)`."""

@@ -23,6 +23,7 @@ from prefpipe.common.chat import has_chat_template
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
 from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
+from prefpipe.reward import likelihood
 from prefpipe.reward.batching import plan_batches
 from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import RewardHead, build_head
@@ -53,11 +54,14 @@ class ModelSpec:
     base_model_relpath: str | None = None  # LoRA: the base relative to the model folder, when local
     # Folders saved before backbone.embedding_features: the head reads the pooled state only.
     embedding_features: bool = False  # head input = [pooled state ; response-token mean of input embeddings]
+    # Folders saved before backbone.likelihood_features: no log-likelihood summary.
+    likelihood_features: bool = False  # ... ; mean and min response-token log-prob under the tied LM head]
 
     @property
     def head_input_size(self) -> int:
         """Width of the head's response input (saved in head_config.json beside hidden_size)."""
-        return self.hidden_size * (2 if self.embedding_features else 1)
+        width = self.hidden_size * (2 if self.embedding_features else 1)
+        return width + (likelihood.WIDTH if self.likelihood_features else 0)
 
     def to_json(self, tokenizer: Any) -> dict[str, Any]:
         data = asdict(self)
@@ -87,7 +91,8 @@ class ModelSpec:
         if data.get("head_input_size", spec.head_input_size) != spec.head_input_size:
             raise ValueError(
                 f"{HEAD_CONFIG}: head_input_size {data['head_input_size']} does not match hidden_size "
-                f"{spec.hidden_size} with embedding_features {spec.embedding_features}"
+                f"{spec.hidden_size} with embedding_features {spec.embedding_features} and "
+                f"likelihood_features {spec.likelihood_features}"
             )
         return spec
 
@@ -95,15 +100,32 @@ class ModelSpec:
 class RewardModel(nn.Module):
     """Backbone + reward head. forward() feeds training; encode()/compare() are the stage-facing API."""
 
-    def __init__(self, backbone: nn.Module, head: RewardHead, tokenizer: Any, spec: ModelSpec) -> None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        head: RewardHead,
+        tokenizer: Any,
+        spec: ModelSpec,
+        likelihood_model: nn.Module | None = None,
+    ) -> None:
         super().__init__()
+        if spec.likelihood_features and likelihood_model is None:
+            raise ValueError("RewardModel: likelihood_features needs the frozen likelihood model")
         self.backbone = backbone
+        self.likelihood_model = likelihood.freeze(likelihood_model) if likelihood_model is not None else None
         self.head = head
         self.tokenizer = tokenizer
         self.spec = spec
         self.encoder = PairEncoder(tokenizer, spec.max_length, spec.padding_side)
         self._uses_position_ids = bb.accepts_position_ids(backbone)
         self._no_cache = spec.backbone_kind == "decoder"
+
+    def train(self, mode: bool = True) -> RewardModel:
+        """Train mode everywhere except the frozen likelihood model, which always reads in eval mode."""
+        super().train(mode)
+        if self.likelihood_model is not None:
+            self.likelihood_model.eval()
+        return self
 
     @property
     def config(self) -> Any:
@@ -136,9 +158,11 @@ class RewardModel(nn.Module):
         position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The head's raw inputs: response features (N, head_input_size), before standardisation, and the
-        prompt's last state (N, H). With embedding_features the response features end with the mean of the
-        response tokens' input embeddings, which carries the reply's content independently of its wording.
-        attention_mask None means no padding: the backbone gets no mask (SDPA's causal fast path)."""
+        prompt's last state (N, H). With embedding_features the response features go on with the mean of the
+        response tokens' input embeddings, which carries the reply's content independently of its wording; with
+        likelihood_features they end with the mean and minimum log-prob of the response tokens under the frozen
+        starting backbone's tied LM head (`prefpipe.reward.likelihood`). attention_mask None means no padding:
+        the backbone gets no mask (SDPA's causal fast path)."""
         kwargs: dict[str, Any] = {}
         if position_ids is not None and self._uses_position_ids:
             kwargs["position_ids"] = position_ids
@@ -152,6 +176,11 @@ class RewardModel(nn.Module):
             embedded = self.backbone.get_input_embeddings()(input_ids)
             words = mean_pool(embedded, response_mask(attention_mask, prompt_index))
             pooled = torch.cat([pooled, words.to(pooled.dtype)], dim=-1)
+        if self.spec.likelihood_features:
+            stats = likelihood.response_stats(
+                self.likelihood_model, input_ids, attention_mask, prompt_index, kwargs
+            )
+            pooled = torch.cat([pooled, stats.to(pooled.dtype)], dim=-1)
         return pooled, gather_positions(hidden, prompt_index)
 
     def score_features(self, pooled: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -265,6 +294,9 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
     config = bb.load_config(base, s.trust_remote_code)
     width = bb.check_usable(str(base), config, s.trust_remote_code)
     kind = bb.backbone_kind(config, s.kind)
+    with_likelihood = likelihood.enabled(
+        s.likelihood_features, str(base), config, kind, settings.lora.enabled
+    )
     tokenizer, pad_fix = bb.load_tokenizer(base, kind, s)
     max_length = settings.data.max_length
     limit = bb.max_positions(config)
@@ -290,19 +322,22 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
         backbone_format="lora" if settings.lora.enabled else "full",
         base_model=str(base) if settings.lora.enabled else None,
         embedding_features=s.embedding_features,
+        likelihood_features=with_likelihood,
     )
     head = build_head(settings.head, spec.head_input_size, spec.hidden_size)
+    scorer = bb.load_backbone(base, s) if with_likelihood else None
     log.info(
         "reward model: %s head on a %s backbone (%s pooling%s, hidden %d, head input %d, max_length %d)",
         spec.head.type,
         kind,
         spec.pooling,
-        " + embedding mean" if spec.embedding_features else "",
+        (" + embedding mean" if spec.embedding_features else "")
+        + (" + log-likelihood" if spec.likelihood_features else ""),
         spec.hidden_size,
         spec.head_input_size,
         max_length,
     )
-    return RewardModel(backbone, head, tokenizer, spec)
+    return RewardModel(backbone, head, tokenizer, spec, scorer)
 
 
 def save_reward_model(
@@ -323,6 +358,8 @@ def save_reward_model(
         rm.backbone.save_pretrained(tmp, state_dict=backbone_state)
         rm.tokenizer.save_pretrained(tmp)
         save_file(head_state, str(tmp / HEAD_WEIGHTS))
+        if rm.likelihood_model is not None:
+            rm.likelihood_model.save_pretrained(tmp / likelihood.FOLDER)
         if spec.backbone_format == "lora" and spec.base_model and Path(spec.base_model).exists():
             spec.base_model_relpath = os.path.relpath(Path(spec.base_model).resolve(), folder.resolve())
         atomic_write_json(tmp / HEAD_CONFIG, spec.to_json(rm.tokenizer))
@@ -365,4 +402,9 @@ def load_reward_model(
             )
         head = build_head(spec.head, spec.head_input_size, spec.hidden_size)
         head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)), strict=True)
-    return RewardModel(backbone, head, tokenizer, spec).to(device).eval()
+        scorer = None
+        if spec.likelihood_features:
+            scorer = AutoModel.from_pretrained(
+                folder / likelihood.FOLDER, dtype=dtype, trust_remote_code=False
+            )
+    return RewardModel(backbone, head, tokenizer, spec, scorer).to(device).eval()
