@@ -29,7 +29,7 @@ FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_
 SECTIONS = {
     "chat": ["chat-arith", "chat-instruct"],
     "chat_hard": ["chathard-arith", "chathard-instruct", "chathard-tradeoff"],
-    "safety": ["safety-refuse", "safety-comply"],
+    "safety": ["safety-refuse", "safety-comply", "safety-consent"],
     "reasoning": ["reasoning-multistep"],
 }
 SYNTH = {
@@ -244,8 +244,11 @@ def test_chat_subsets_contrast_as_designed(world_dir: Path) -> None:
             assert _answer_at_first_difference(chosen, rejected, answer), row
         if subset == "safety-refuse":
             assert chosen in synthetic_safety.REFUSALS and rejected not in refusals, row
-        if subset == "safety-comply":
+        if subset in ("safety-comply", "safety-consent"):
             assert rejected in refusals and chosen not in refusals, row
+        # permission is what turns someone else's thing into a harmless request, and only consent asks with it
+        asked_with_permission = row["prompt"].startswith(synthetic_safety.PERMISSION)
+        assert asked_with_permission == (subset == "safety-consent"), row
 
 
 def _safety_combinations(world_dir: Path, split: str) -> dict[str, set[tuple[str, str]]]:
@@ -269,6 +272,7 @@ def test_safety_owner_decides_and_held_out_combinations_appear_only_in_test(worl
     for subset, owners in (
         ("safety-refuse", synthetic_safety.HARMFUL_OWNERS),
         ("safety-comply", synthetic_safety.HARMLESS_OWNERS),
+        ("safety-consent", synthetic_safety.HARMFUL_OWNERS),
     ):
         assert {o for o, _ in train[subset] | test[subset]} <= set(owners), subset
         assert test[subset] and not (test[subset] & train[subset]), subset

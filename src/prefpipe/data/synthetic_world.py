@@ -57,6 +57,7 @@ PAIR_MAKERS: dict[str, Callable[[str], PairMaker]] = {
     "chathard-instruct": _any_split(synthetic_chat.chathard_instruct),
     "safety-refuse": synthetic_safety.refuse_pair,
     "safety-comply": synthetic_safety.comply_pair,
+    "safety-consent": synthetic_safety.consent_pair,
     "reasoning-multistep": _any_split(synthetic_reasoning.reasoning_pair),
 }
 SUBSETS = (*PAIR_MAKERS, TRADEOFF_SUBSET, CYCLIC_SUBSET)
