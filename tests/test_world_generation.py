@@ -110,7 +110,7 @@ def test_counts_per_subset_and_summary(world_dir: Path) -> None:
     for split, key in (("train", "pairs_per_subset_train"), ("test", "pairs_per_subset_test")):
         counts = Counter(r["subset"] for r in rows(world_dir, f"pairs_{split}"))
         expected = {s: SYNTH[key] for names in SECTIONS.values() for s in names}
-        expected["chathard-tradeoff"] = 3 * max(1, SYNTH[key] // 3)  # whole triples
+        expected["chathard-tradeoff"] = 3 * max(1, SYNTH[key] // 2)  # whole triples
         expected["cyclic-rps"] = 3 * SYNTH[f"cyclic_triples_{split}"]
         assert counts == expected
         assert summary["subsets"][split] == expected
@@ -249,6 +249,8 @@ def test_chat_subsets_contrast_as_designed(world_dir: Path) -> None:
         # permission is what turns someone else's thing into a harmless request, and only consent asks with it
         asked_with_permission = row["prompt"].startswith(synthetic_safety.PERMISSION)
         assert asked_with_permission == (subset == "safety-consent"), row
+        if row["prompt"].startswith(synthetic_safety.NO_PERMISSION):
+            assert subset == "safety-refuse", row
 
 
 def _safety_combinations(world_dir: Path, split: str) -> dict[str, set[tuple[str, str]]]:
