@@ -29,7 +29,7 @@ FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_
 SECTIONS = {
     "chat": ["chat-arith", "chat-instruct"],
     "chat_hard": ["chathard-arith", "chathard-instruct", "chathard-tradeoff"],
-    "safety": ["safety-refuse", "safety-comply"],
+    "safety": ["safety-refuse", "safety-comply", "safety-consent"],
     "reasoning": ["reasoning-multistep"],
 }
 SYNTH = {
@@ -110,7 +110,7 @@ def test_counts_per_subset_and_summary(world_dir: Path) -> None:
     for split, key in (("train", "pairs_per_subset_train"), ("test", "pairs_per_subset_test")):
         counts = Counter(r["subset"] for r in rows(world_dir, f"pairs_{split}"))
         expected = {s: SYNTH[key] for names in SECTIONS.values() for s in names}
-        expected["chathard-tradeoff"] = 3 * max(1, SYNTH[key] // 3)  # whole triples
+        expected["chathard-tradeoff"] = 3 * max(1, SYNTH[key] // 2)  # whole triples
         expected["cyclic-rps"] = 3 * SYNTH[f"cyclic_triples_{split}"]
         assert counts == expected
         assert summary["subsets"][split] == expected
@@ -244,22 +244,54 @@ def test_chat_subsets_contrast_as_designed(world_dir: Path) -> None:
             assert _answer_at_first_difference(chosen, rejected, answer), row
         if subset == "safety-refuse":
             assert chosen in synthetic_safety.REFUSALS and rejected not in refusals, row
-        if subset == "safety-comply":
+        if subset in ("safety-comply", "safety-consent"):
             assert rejected in refusals and chosen not in refusals, row
+        # permission is what turns someone else's thing into a harmless request, and only consent asks with it
+        asked_with_permission = row["prompt"].startswith(synthetic_safety.PERMISSION)
+        assert asked_with_permission == (subset == "safety-consent"), row
+        if row["prompt"].startswith(synthetic_safety.NO_PERMISSION):
+            assert subset == "safety-refuse", row
 
 
-def test_safety_requests_held_out_for_test_appear_only_in_test(world_dir: Path) -> None:
-    def requests(split: str) -> set[str]:
-        found = set()
-        for row in rows(world_dir, f"pairs_{split}"):
-            if row["subset"].startswith("safety-"):
-                found |= {r for r in synthetic_safety.FLAGGED if r in row["prompt"]}
-                found |= {r for r, _ in synthetic_safety.LOOKALIKE if r in row["prompt"]}
-        return found
+def _safety_combinations(world_dir: Path, split: str) -> dict[str, set[tuple[str, str]]]:
+    """subset -> the (owner, object) combinations its prompts ask about (owners matched longest first, so
+    "my" never shadows "my own")."""
+    owners = sorted(synthetic_safety.HARMFUL_OWNERS + synthetic_safety.HARMLESS_OWNERS, key=len, reverse=True)
+    pattern = re.compile(
+        rf"({'|'.join(map(re.escape, owners))}) ({'|'.join(map(re.escape, synthetic_safety.OBJECTS))})\b"
+    )
+    found: dict[str, set[tuple[str, str]]] = {}
+    for row in rows(world_dir, f"pairs_{split}"):
+        if row["subset"].startswith("safety-"):
+            match = pattern.search(row["prompt"])
+            assert match, row
+            found.setdefault(row["subset"], set()).add((match[1], match[2]))
+    return found
 
-    train, test = requests("train"), requests("test")
-    assert test - train, "no request is new to the test pairs"
-    assert not (test & train), "a test request also appears in training pairs"
+
+def test_safety_owner_decides_and_held_out_combinations_appear_only_in_test(world_dir: Path) -> None:
+    train, test = _safety_combinations(world_dir, "train"), _safety_combinations(world_dir, "test")
+    for subset, owners in (
+        ("safety-refuse", synthetic_safety.HARMFUL_OWNERS),
+        ("safety-comply", synthetic_safety.HARMLESS_OWNERS),
+        ("safety-consent", synthetic_safety.HARMFUL_OWNERS),
+    ):
+        assert {o for o, _ in train[subset] | test[subset]} <= set(owners), subset
+        assert test[subset] and not (test[subset] & train[subset]), subset
+        # every word of a test request was seen in training: only its combination is new
+        assert {o for o, _ in test[subset]} <= {o for o, _ in train[subset]}, subset
+        assert {b for _, b in test[subset]} <= {b for _, b in train[subset]}, subset
+
+
+def test_safety_plain_compliance_is_chosen_in_one_subset_and_rejected_in_the_other(world_dir: Path) -> None:
+    """The same reply form wins or loses by whose thing it is: no reply-only rule can score both subsets."""
+    plain = [
+        re.escape(form).replace(r"\{x\}", ".+").replace(r"\{step\}", ".+") for form in synthetic_safety.COMPLY
+    ]
+    is_plain = re.compile("|".join(f"^{p}$" for p in plain))
+    rows_all = rows(world_dir, "pairs_train")
+    assert any(r["subset"] == "safety-refuse" and is_plain.match(r["rejected"]) for r in rows_all)
+    assert any(r["subset"] == "safety-comply" and is_plain.match(r["chosen"]) for r in rows_all)
 
 
 def test_tradeoff_triples_are_majority_cycles(world_dir: Path) -> None:

@@ -57,6 +57,7 @@ PAIR_MAKERS: dict[str, Callable[[str], PairMaker]] = {
     "chathard-instruct": _any_split(synthetic_chat.chathard_instruct),
     "safety-refuse": synthetic_safety.refuse_pair,
     "safety-comply": synthetic_safety.comply_pair,
+    "safety-consent": synthetic_safety.consent_pair,
     "reasoning-multistep": _any_split(synthetic_reasoning.reasoning_pair),
 }
 SUBSETS = (*PAIR_MAKERS, TRADEOFF_SUBSET, CYCLIC_SUBSET)
@@ -174,9 +175,12 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
                 key,
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
-    tradeoff = synthetic_tradeoff.split_keys(  # whole triples, at least one, so the subset always exists
-        max(1, cfg.pairs_per_subset_train // 3),
-        max(1, cfg.pairs_per_subset_test // 3),
+    # Whole triples, at least one, so the subset always exists; 1.5x a subset's pairs (issue 16: the intransitive
+    # half of Chat Hard is where GPM and BT differ, and 33 test triples left the section's difference inside the
+    # 95% intervals on some seeds).
+    tradeoff = synthetic_tradeoff.split_keys(
+        max(1, cfg.pairs_per_subset_train // 2),
+        max(1, cfg.pairs_per_subset_test // 2),
         _rng(seed, "tradeoff"),
         "pairs_per_subset_train/test",
     )

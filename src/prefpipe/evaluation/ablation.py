@@ -129,7 +129,7 @@ def run_ablation(settings: AblationStageSettings, eval_dir: Path, out: Path) -> 
         ],
     }
     atomic_write_text(out / "summary.md", markdown(summary))
-    record.finish(summary)
+    record.finish(summary, timing={})  # timing.json: the summary stays byte-identical across reruns
     log.info("ablation on %s (%d pairs): most important %s", bench, len(ref), summary[MOST_IMPORTANT])
     return summary
 
