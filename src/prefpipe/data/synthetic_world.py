@@ -176,7 +176,7 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
     # Whole triples, at least one, so the subset always exists; 1.5x a subset's pairs (issue 16: the intransitive
-    # half of Chat Hard is where GPM and BT differ, and 33 test triples left the section's difference inside the
+    # part of Chat Hard is where GPM and BT differ, and 33 test triples left the section's difference inside the
     # 95% intervals on some seeds).
     tradeoff = synthetic_tradeoff.split_keys(
         max(1, cfg.pairs_per_subset_train // 2),

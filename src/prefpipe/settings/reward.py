@@ -46,9 +46,8 @@ class BackboneSettings:
     kind: str  # auto | decoder | encoder
     pooling: str  # auto (decoder: last, encoder: mean) | last | first | mean | response_mean
     embedding_features: bool  # head input = [pooled state ; response-token mean of the input embeddings]
-    likelihood_features: (
-        bool | str
-    )  # auto | true | false: ... ; mean and min response-token log-prob (tied decoders)
+    # auto | True | False: append the mean and min response-token log-prob under the frozen tied LM head
+    likelihood_features: bool | str
     trust_remote_code: bool
     gradient_checkpointing: bool
     precision: str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
