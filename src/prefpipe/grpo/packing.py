@@ -17,7 +17,9 @@ per group in the micro-batch and serves the group's completions (`grouped_logpro
 second call, or in one call with the group's completions packed behind it under a 4-D mask, whichever costs
 less for the model's size); the forward/backward then carries each prompt once instead of G times. Every layout answers `logprobs(model, ...)`
 with (k, C) values in the span's layout (completion token j in column j), so the trainer does not care which
-one it holds.
+one it holds. The trainer uses the shared-prompt form for completion-mode spans and `plain_span` for
+`with_prompt`; `pack_span` is the unpadded form without prompt sharing, kept as a checked alternative
+(`tests/test_grpo_fast_paths.py` compares all three).
 """
 
 from __future__ import annotations
@@ -40,9 +42,6 @@ class PackedSpan:
     mask: torch.Tensor  # (k, C) loss mask in the span's layout
     index: torch.Tensor  # (k, C) scored position of completion token j
     n_scored: int  # C
-
-    def inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.input_ids, self.attention_mask
 
     def align(self, values: torch.Tensor) -> torch.Tensor:
         """(k, C) values at scored positions -> completion token j in column j (gradient flows)."""
@@ -127,9 +126,8 @@ def pack_span(rollout: Rollout, span: Span, pad_id: int) -> PackedSpan | None:
     rows = local + start
     mask = span.mask[local]
     cols = torch.arange(C, device=mask.device)
-    c = (
-        (torch.where(mask.bool(), cols + 1, torch.zeros_like(cols))).max(dim=1).values
-    )  # up to last loss token
+    # completion tokens kept per row: up to its last loss token
+    c = torch.where(mask.bool(), cols + 1, torch.zeros_like(cols)).max(dim=1).values
     prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
     P = prompt_ids.shape[1]
     p = prompt_mask.sum(dim=1)

@@ -55,7 +55,7 @@ class ModelSpec:
     # Folders saved before backbone.embedding_features: the head reads the pooled state only.
     embedding_features: bool = False  # head input = [pooled state ; response-token mean of input embeddings]
     # Folders saved before backbone.likelihood_features: no log-likelihood summary.
-    likelihood_features: bool = False  # ... ; mean and min response-token log-prob under the tied LM head]
+    likelihood_features: bool = False  # head input also ends with [mean ; min response-token log-prob]
 
     @property
     def head_input_size(self) -> int:
@@ -256,9 +256,8 @@ class RewardModel(nn.Module):
                 }
             else:
                 inputs = self.encoder.pad(chosen)
-                if (
-                    self.encoder.padding_side == "right"
-                ):  # positions 0, 1, ... already: no position_ids to check
+                # right padding: positions are 0, 1, ... already, so no position_ids to pass
+                if self.encoder.padding_side == "right":
                     inputs.pop("position_ids")
             out = self(**{k: None if v is None else v.to(device) for k, v in inputs.items()})
             for k in keys:
