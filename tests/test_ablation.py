@@ -202,6 +202,53 @@ def test_files_that_do_not_belong_together_are_refused(tmp_path, caplog):
     assert not (tmp_path / "o" / "summary.json").exists()
 
 
+def test_heads_as_fine_tuned_get_their_own_contrasts(tmp_path, caplog):
+    """Where the evaluation scored each head as fine-tuned too, the same contrasts on those decisions: here the
+    refit evened the saved models out (prior does nothing) while the heads as fine-tuned separate (prior
+    matters), and the two protocols' verdicts differ accordingly."""
+    eval_dir = tmp_path / "eval"
+    broken, fixed = decisions(0.55, seed=10), decisions(0.8, seed=11)
+    saved = decisions(0.75, seed=20)
+    write_eval(eval_dir, "bgpm-broken", saved, finetuned=broken)
+    write_eval(eval_dir, "bgpm", saved, finetuned=fixed)
+    write_eval(eval_dir, "bgpm-fix-prior", saved, finetuned=decisions(0.8, seed=12))
+    write_eval(eval_dir, "bgpm-no-prior", saved, finetuned=decisions(0.55, seed=13))
+    only = ["bgpm", "bgpm-broken", "bgpm-fix-prior", "bgpm-no-prior"]
+    settings = pipeline({"reward": {"only": only}, "grpo": {"enabled": False}}).ablation
+    out = tmp_path / "ablation"
+    assert run_main(ablation_stage.main, stage_json(settings), eval=eval_dir, out=out)[0] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdicts"] == {"added": {"prior": "neutral"}, "removed": {"prior": "neutral"}}
+    ft = summary["as_finetuned"]
+    assert ft["verdicts"] == {"added": {"prior": "matters"}, "removed": {"prior": "matters"}}
+    assert ft["most_important"]["overall"] == "prior"
+    # the point scores are the evaluation's scoring of the fine-tuned decisions, the ECE its recorded one
+    table = config_table()
+    assert ft["variants"]["bgpm"]["scores"][OVERALL]["score"] == pytest.approx(
+        summarize_scores(subsets_column(), list(fixed), table)[OVERALL], abs=1e-12
+    )
+    assert ft["variants"]["bgpm"]["ece"] == 0.2
+    added = {r["fix"]: r for r in ft["rows"] if r["kind"] == "added"}["prior"]["items"][OVERALL]
+    assert added["fix_effect"] == pytest.approx(
+        point_scores(subsets_column(), list(decisions(0.8, seed=12)), table)[OVERALL]
+        - point_scores(subsets_column(), list(broken), table)[OVERALL]
+    )
+    md = (out / "summary.md").read_text()
+    assert (
+        "## Saved models (after the head refit)" in md
+        and "## As fine-tuned (each head before the refit)" in md
+    )
+    # a recorded fine-tuned overall that its decisions do not give is refused, as for the saved heads
+    summary_path = eval_dir / "bgpm" / "summary.json"
+    top = json.loads(summary_path.read_text())
+    top["benchmarks"]["synthetic"]["extra_heads"]["as_finetuned"]["overall"] = 0.123
+    summary_path.write_text(json.dumps(top))
+    code, errors = run_main(
+        ablation_stage.main, stage_json(settings), caplog, eval=eval_dir, out=tmp_path / "o"
+    )
+    assert code == 2 and "recorded overall 0.123" in errors[0]
+
+
 def test_the_settings_pair_every_fix_and_refuse_unknown_variants():
     from prefpipe.common.config import ConfigError
 

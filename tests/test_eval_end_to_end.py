@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from safetensors.torch import load_file
 from support.models import save_scratch_base
 from support.settings import eval_settings, reward_settings, stage_json
 from support.stages import run_main
@@ -16,7 +17,12 @@ from support.stages import run_main
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.eval_rewardbench import main
 from prefpipe.evaluation.pair_scoring import score_pairs
-from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
+from prefpipe.reward.model import (
+    FINETUNED_HEAD_WEIGHTS,
+    build_reward_model,
+    load_reward_model,
+    save_reward_model,
+)
 from prefpipe.train_reward import main as train_reward_main
 
 TINY_LLAMA = {
@@ -158,7 +164,7 @@ def test_reward_stage_then_eval_stage(tmp_path, tiny_base, real_rows, shared_dat
                 "head_learning_rate": None,
                 "warmup_steps": 0,
             },
-            "eval": {"batch_size": 16, "train_pairs": 0},
+            "eval": {"batch_size": 16, "train_pairs": 0, "test_pairs": True},
         },
         variant="bgpm",
         seed=0,
@@ -176,3 +182,24 @@ def test_reward_stage_then_eval_stage(tmp_path, tiny_base, real_rows, shared_dat
     # The training stage's own sanity accuracy on the same test pairs agrees with the evaluation stage.
     sanity = json.loads((reward_out / "summary.json").read_text())["accuracy"]["test"]
     assert summary["pooled_accuracy"] == pytest.approx(sanity["overall"])
+
+    # The head as fine-tuned (before the refit) is kept and scored on the same features: the same scores as
+    # the saved model with that head swapped in, and on the training pairs the accuracy the trainer measured
+    # just before the refit.
+    reward_summary = json.loads((reward_out / "summary.json").read_text())
+    frame = pd.read_parquet(out / "per_example.parquet")
+    swapped = load_reward_model(reward_out / "model")
+    swapped.head.load_state_dict(load_file(str(reward_out / "model" / FINETUNED_HEAD_WEIGHTS)))
+    rows = read_jsonl(data / "pairs_test.jsonl")
+    alone = score_pairs(swapped, *([r[k] for r in rows] for k in ("prompt", "chosen", "rejected")), 16)
+    np.testing.assert_allclose(frame["score_as_finetuned"], alone.score, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(frame["score_as_finetuned"], frame["score_chosen_minus_rejected"])
+    block = summary["extra_heads"]["as_finetuned"]
+    assert block["pooled_accuracy"] == pytest.approx(float((alone.score > 0).mean()))
+    train_rows = real_rows[:48]
+    on_train = score_pairs(
+        swapped, *([r[k] for r in train_rows] for k in ("prompt", "chosen", "rejected")), 16
+    )
+    assert float((on_train.score > 0).mean()) == pytest.approx(
+        reward_summary["head_fit"]["after"]["accuracy_start"], abs=1 / 48 + 1e-9
+    )

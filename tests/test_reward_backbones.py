@@ -53,7 +53,10 @@ def _train_stage(tmp_path, backbone: str, pooling: str = "auto") -> tuple[dict, 
     long = {"id": "long", "prompt": "word " * 200, "chosen": "yes", "rejected": "no", "subset": "chat-arith"}
     write_jsonl(data / "pairs_train.jsonl", [*read_jsonl(data / "pairs_train.jsonl"), long])
     settings = tiny_reward_settings(
-        "gpm", backbone={"model": backbone, "pooling": pooling}, data={"max_length": 48}
+        "gpm",
+        backbone={"model": backbone, "pooling": pooling},
+        data={"max_length": 48},
+        eval={"test_pairs": True},
     )
     out = tmp_path / "out"
     code = train_reward(

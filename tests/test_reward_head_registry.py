@@ -131,7 +131,8 @@ def test_a_registered_head_trains_saves_loads_and_scores(zero_head, tiny_base, t
 
     scores = score_pairs(loaded, PROMPTS, [GOOD] * 4, [BAD] * 4, batch_size=3)
     assert scores.variance is None
-    torch.testing.assert_close(torch.from_numpy(scores.score).float(), score, atol=1e-5, rtol=0)
+    # float32 rounding of another batch composition: a few ulp of scores that training made large (about 40)
+    torch.testing.assert_close(torch.from_numpy(scores.score).float(), score, atol=1e-5, rtol=1e-6)
 
     inputs = RewardInputs(PROMPTS[:2] * 2, [GOOD, BAD, BAD, GOOD], ["x"] * 4, ["add"] * 4, [True] * 4, 2)
     (reward,) = build_rewards([reward_spec("reward_model")], loaded)

@@ -179,7 +179,7 @@ def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path, caplog)
                 "warmup_steps": 2,
                 "lr_schedule": "cosine",
             },
-            "eval": {"batch_size": 4, "train_pairs": 5},
+            "eval": {"batch_size": 4, "train_pairs": 5, "test_pairs": True},
         },
         variant="bgpm",
     )

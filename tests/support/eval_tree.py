@@ -47,14 +47,24 @@ def decisions(accuracy: dict[str, float] | float, seed: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def write_eval(root: Path, variant: str, correct: np.ndarray, benchmark: str = "synthetic") -> dict:
+def write_eval(
+    root: Path,
+    variant: str,
+    correct: np.ndarray,
+    benchmark: str = "synthetic",
+    finetuned: np.ndarray | None = None,
+) -> dict:
     """results/eval/<variant>/ as the eval stage writes it (ids in shuffled order, as a real stage may);
-    returns the benchmark block."""
+    `finetuned`: the decisions of the head as fine-tuned (an extra head). Returns the benchmark block."""
     subsets = subsets_column()
     block = summarize_scores(subsets, list(correct), config_table())
     block |= {"benchmark": benchmark, "calibration": {"ece": 0.05 + 0.01 * len(variant) % 7}}
     ids = [f"{s}-{i}" for i, s in enumerate(subsets)]
     frame = pd.DataFrame({"id": ids, "subset": subsets, "correct": correct, "benchmark": benchmark})
+    if finetuned is not None:
+        extra = summarize_scores(subsets, list(finetuned), config_table()) | {"calibration": {"ece": 0.2}}
+        block["extra_heads"] = {"as_finetuned": extra}
+        frame["correct_as_finetuned"] = finetuned
     frame = frame.sample(frac=1.0, random_state=len(variant)).reset_index(drop=True)
     folder = root / variant
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,13 @@ effect for `added`, minus it for `removed`), per item (overall = the four-sectio
 with percentile intervals, and a verdict on the fix from the interval of `fix_effect`: `matters` (above 0),
 `hurts` (below 0) or `neutral` (contains 0).
 
+Two protocols when the evaluation scored each model's head as fine-tuned too (`as_finetuned`: the head before
+the full-batch refit of train.head_fit): the top-level rows are the saved models (after the refit, the ones every
+other stage uses), `as_finetuned` holds the same contrasts on the heads as fine-tuned. Why both: the refit fits
+the head alone on frozen features, which can rescue a fine-tuning run that the broken settings collapsed, so
+the saved models measure the refit as much as the Bayesian objective; the heads as fine-tuned measure the
+objective as the GPM papers train it (end to end, no refit).
+
 Reads results/eval/<variant>/summary.json and per_example.parquet (the rows of the chosen benchmark), writes
 <out>/summary.json (keys below) and <out>/summary.md. The point estimates are recomputed from the per-example
 decisions and must equal each variant's recorded scores (else the files do not belong together: a DataError).
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +36,7 @@ from prefpipe.common.config import DataError
 from prefpipe.common.io import atomic_write_text, read_json
 from prefpipe.common.run_record import RunRecord
 from prefpipe.evaluation.accuracy_summary import OVERALL
-from prefpipe.evaluation.benchmark import CALIBRATION
+from prefpipe.evaluation.benchmark import AS_FINETUNED, CALIBRATION, EXTRA_HEADS
 from prefpipe.evaluation.paired_bootstrap import (
     draw,
     percentile_interval,
@@ -40,6 +48,8 @@ from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.build import to_mapping
 
 log = logging.getLogger("prefpipe.ablation")
+# Per-example decisions of the head as fine-tuned, before the refit (an extra head of the evaluation).
+FINETUNED_COLUMN = f"correct_{AS_FINETUNED}"
 
 # Keys of results/ablation/summary.json (the report and the seed table read them).
 ROWS, VARIANTS, MOST_IMPORTANT, VERDICTS = "rows", "variants", "most_important", "verdicts"
@@ -62,8 +72,9 @@ def _load(eval_dir: Path, variant: str, benchmark: str | None) -> tuple[str, dic
     blocks = summary.get("benchmarks") or {}
     if name not in blocks:
         raise DataError(f"{folder / 'summary.json'}: no benchmark {name!r} (has {sorted(blocks)})")
-    frame = pd.read_parquet(folder / "per_example.parquet", columns=["id", "subset", "correct", "benchmark"])
-    frame = frame[frame["benchmark"] == name]
+    frame = pd.read_parquet(folder / "per_example.parquet")
+    keep = ["id", "subset", "correct"] + ([FINETUNED_COLUMN] if FINETUNED_COLUMN in frame else [])
+    frame = frame.loc[frame["benchmark"] == name, keep]
     if frame.empty or frame["id"].duplicated().any():
         why = "no rows" if frame.empty else "duplicate ids"
         raise DataError(f"{folder / 'per_example.parquet'}: benchmark {name!r} has {why}")
@@ -86,22 +97,11 @@ def run_ablation(settings: AblationStageSettings, eval_dir: Path, out: Path) -> 
             )
     rng = np.random.default_rng(settings.seed)
     draws = draw(list(ref["subset"]), settings.bootstrap_resamples, rng)
-    points, boots, variants = {}, {}, {}
-    for v, (_, v_block, frame) in loaded.items():
-        points[v] = point_scores(list(frame["subset"]), list(frame["correct"]), table)
-        _check_recorded(points[v], v_block, eval_dir / v / "summary.json")
-        boots[v] = resampled_scores(list(frame["correct"]), draws, table)
-        variants[v] = {
-            "scores": {
-                item: {
-                    "score": points[v][item],
-                    "interval": percentile_interval(boots[v][item], settings.confidence),
-                }
-                for item in points[v]
-            },
-            "ece": (v_block.get(CALIBRATION) or {}).get("ece"),
-        }
-    rows = [_row(fix, kind, v, b, points, boots, settings.confidence) for fix, kind, v, b in contrasts]
+    blocks = {v: v_block for v, (_, v_block, _) in loaded.items()}
+    frames = {v: frame for v, (_, _, frame) in loaded.items()}
+    protocol = partial(_protocol, settings, contrasts, eval_dir, draws, table, blocks, frames)
+    refit = protocol("correct", None)  # the saved heads: the models every other stage uses
+    done = {(r["fix"], r["kind"]) for r in refit[ROWS]}
     summary = {
         "benchmark": bench,
         "n_pairs": len(ref),
@@ -113,7 +113,60 @@ def run_ablation(settings: AblationStageSettings, eval_dir: Path, out: Path) -> 
             "paired stratified bootstrap: pairs drawn with replacement within each subset, the same draw for "
             "both variants; percentile interval; scores recomputed with the evaluation's section map and weights"
         ),
-        "items": [i for i in ITEM_TITLES if i in points[names[0]]],
+        "items": [i for i in ITEM_TITLES if i in refit[VARIANTS][names[0]]["scores"]],
+        **refit,
+        "skipped": [
+            f"{fix}.{kind}"
+            for fix in settings.fixes
+            for kind in ("added", "removed")
+            if (fix, kind) not in done
+        ],
+    }
+    if all(FINETUNED_COLUMN in frame for frame in frames.values()):
+        # The same contrasts on each model's head as fine-tuned, before the head refit: what the Bayesian
+        # objective itself trained, which the refit (a full-batch fit of the head on frozen features) can mask.
+        summary[AS_FINETUNED] = protocol(FINETUNED_COLUMN, AS_FINETUNED)
+    atomic_write_text(out / "summary.md", markdown(summary))
+    record.finish(summary, timing={})  # timing.json: the summary stays byte-identical across reruns
+    log.info("ablation on %s (%d pairs): most important %s", bench, len(ref), summary[MOST_IMPORTANT])
+    if AS_FINETUNED in summary:
+        log.info(
+            "as fine-tuned (before the head refit): most important %s", summary[AS_FINETUNED][MOST_IMPORTANT]
+        )
+    return summary
+
+
+def _protocol(
+    settings: AblationStageSettings,
+    contrasts: list[tuple[str, str, str, str]],
+    eval_dir: Path,
+    draws: Any,
+    table: Any,
+    blocks: dict[str, dict[str, Any]],
+    frames: dict[str, pd.DataFrame],
+    column: str,
+    extra_head: str | None,
+) -> dict[str, Any]:
+    """{variants, rows, most_important, verdicts} from the per-example decisions in `column` (the saved head's
+    `correct`, or an extra head's); point scores are checked against the variant's recorded ones."""
+    points, boots, variants = {}, {}, {}
+    for v, frame in frames.items():
+        recorded = blocks[v] if extra_head is None else (blocks[v].get(EXTRA_HEADS) or {}).get(extra_head, {})
+        points[v] = point_scores(list(frame["subset"]), list(frame[column]), table)
+        _check_recorded(points[v], recorded, eval_dir / v / "summary.json")
+        boots[v] = resampled_scores(list(frame[column]), draws, table)
+        variants[v] = {
+            "scores": {
+                item: {
+                    "score": points[v][item],
+                    "interval": percentile_interval(boots[v][item], settings.confidence),
+                }
+                for item in points[v]
+            },
+            "ece": (recorded.get(CALIBRATION) or {}).get("ece"),
+        }
+    rows = [_row(fix, kind, v, b, points, boots, settings.confidence) for fix, kind, v, b in contrasts]
+    return {
         VARIANTS: variants,
         ROWS: rows,
         MOST_IMPORTANT: most_important(rows),
@@ -121,17 +174,7 @@ def run_ablation(settings: AblationStageSettings, eval_dir: Path, out: Path) -> 
             kind: {r["fix"]: r["items"][OVERALL]["verdict"] for r in rows if r["kind"] == kind}
             for kind in ("added", "removed")
         },
-        "skipped": [
-            f"{fix}.{kind}"
-            for fix, pair in settings.fixes.items()
-            for kind in ("added", "removed")
-            if (fix, kind) not in {(r["fix"], r["kind"]) for r in rows}
-        ],
     }
-    atomic_write_text(out / "summary.md", markdown(summary))
-    record.finish(summary, timing={})  # timing.json: the summary stays byte-identical across reruns
-    log.info("ablation on %s (%d pairs): most important %s", bench, len(ref), summary[MOST_IMPORTANT])
-    return summary
 
 
 def _check_recorded(points: dict[str, float], block: dict[str, Any], path: Path) -> None:
@@ -191,7 +234,8 @@ def _pts(value: float, interval: list[float]) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """summary.md: one table per item, a line on which fix matters most."""
+    """summary.md: per protocol (the saved heads; the heads as fine-tuned, when scored) the variants'
+    overall scores, one row per contrast with every item, and a line on which fix matters most."""
     conf = round(100 * summary["confidence"])
     lines = [
         f"# Bayesian GPM ablation on {summary['benchmark']} ({summary['n_pairs']} pairs)",
@@ -200,22 +244,41 @@ def markdown(summary: dict[str, Any]) -> str:
         f"resamples). added: {summary['broken']} + the fix vs {summary['broken']}; removed: "
         f"{summary['reference']} vs {summary['reference']} without the fix (sign flipped, so > 0 means the fix "
         "helps). Verdict: matters (interval above 0), neutral (contains 0), hurts (below 0).",
-        "",
-        "Most important (largest effect among the fixes that matter): "
-        + "; ".join(f"{kind} {fix or 'none'}" for kind, fix in summary[MOST_IMPORTANT].items()),
-        "",
-        "| Fix | Kind | Variant | " + " | ".join(ITEM_TITLES[i] for i in summary["items"]) + " |",
-        "|---|---|---|" + "---|" * len(summary["items"]),
     ]
-    for r in summary[ROWS]:
+    protocols = [("Saved models (after the head refit)", summary)]
+    if AS_FINETUNED in summary:
+        protocols.append(("As fine-tuned (each head before the refit)", summary[AS_FINETUNED]))
+    for title, block in protocols:
+        lines += ["", f"## {title}", "", _overall_line(summary, block), ""]
+        lines += _fix_table(summary["items"], block)
+    return "\n".join(lines) + "\n"
+
+
+def _overall_line(summary: dict[str, Any], block: dict[str, Any]) -> str:
+    scores = {v: block[VARIANTS][v]["scores"][OVERALL] for v in (summary["reference"], summary["broken"])}
+    fixed, broken = (scores[summary[k]] for k in ("reference", "broken"))
+    return (
+        f"{ITEM_TITLES[OVERALL]}: {summary['reference']} {100 * fixed['score']:.1f}, {summary['broken']} "
+        f"{100 * broken['score']:.1f} ({100 * (fixed['score'] - broken['score']):+.1f} points). Most important "
+        "(largest effect among the fixes that matter): "
+        + "; ".join(f"{kind} {fix or 'none'}" for kind, fix in block[MOST_IMPORTANT].items())
+    )
+
+
+def _fix_table(items: list[str], block: dict[str, Any]) -> list[str]:
+    lines = [
+        "| Fix | Kind | Variant | " + " | ".join(ITEM_TITLES[i] for i in items) + " |",
+        "|---|---|---|" + "---|" * len(items),
+    ]
+    for r in block[ROWS]:
         cells = [
             f"{_pts(r['items'][i]['fix_effect'], r['items'][i]['fix_interval'])} {r['items'][i]['verdict']}"
             if i in r["items"]
             else "–"
-            for i in summary["items"]
+            for i in items
         ]
         lines.append(f"| {r['fix']} | {r['kind']} | {r['variant']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def run(settings: AblationStageSettings, args: argparse.Namespace) -> None:

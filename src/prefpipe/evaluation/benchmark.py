@@ -3,7 +3,8 @@
 per_example columns: id, subset, section (null for cyclic or unassigned subsets), score_chosen_minus_rejected
 (s(chosen > rejected); the posterior-mean score for Bayesian heads), variance (Var[s], NaN for point heads),
 prob (P(chosen > rejected), see calibration.py), correct (score > 0), length (characters of the prompt plus
-the longer response), length_chosen, length_rejected (characters, for length-bias analysis).
+the longer response), length_chosen, length_rejected (characters, for length-bias analysis); then, per extra
+head of the model (the head as fine-tuned, before the refit), score_<name> and correct_<name>.
 
 Each summary also holds the length split (prefpipe.evaluation.length_split) and `truncation`: the pairs the
 reward model's max_length cut while scoring this benchmark.
@@ -68,6 +69,9 @@ TIMING_KEYS = ("pairs_per_second", "scoring_seconds")
 
 # Keys of a benchmark block in eval/<variant>/summary.json (the report imports them).
 N_PAIRS, HEAD_TYPE, CALIBRATION = "n_pairs", "head_type", "calibration"
+# The model's extra heads (e.g. "as_finetuned", the head before the refit): name -> their scores and ECE; their
+# per-example decisions and scores are the columns correct_<name> and score_<name>.
+EXTRA_HEADS, AS_FINETUNED = "extra_heads", "as_finetuned"
 
 
 def evaluate_rows(
@@ -177,6 +181,16 @@ def summarize_pairs(
         "scoring_seconds": scored.seconds,
         "batches": scored.batches,
     }
+    if scored.extra:
+        summary[EXTRA_HEADS] = {}
+    for name, extra in scored.extra.items():
+        hits = np.array([is_correct(s) for s in extra.score], dtype=bool)
+        frame[f"score_{name}"], frame[f"correct_{name}"] = extra.score, hits
+        ece = calibration_report(
+            effective_logit(extra.score, tau, extra.variance), hits, extra.variance, n_bins=n_bins,
+            coverages=coverages, score=extra.score,
+        )["ece"]  # fmt: skip
+        summary[EXTRA_HEADS][name] = {**summarize_scores(subsets, hits, table), CALIBRATION: {"ece": ece}}
     if scored.variance is not None:
         # The same pairs scored by the posterior mean alone, to show what the variance changes.
         summary["calibration_mean_only"] = calibration_report(

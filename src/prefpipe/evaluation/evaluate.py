@@ -8,6 +8,8 @@ records because the stage's JSON config has sorted keys). <out>/per_example.parq
 with a `benchmark` column. A benchmark's sections come from its own entry: `official`, `data`, its own map, or
 automatically (official for RewardBench subsets, data.sections for the synthetic source, else none). RewardBench 2
 rows are scored best-of-n (prefpipe.evaluation.rewardbench2). Settings: prefpipe.settings.evaluation.EvalSettings.
+A model saved with its head as fine-tuned (before the head refit) has that head scored too, on the same backbone
+features: `extra_heads.as_finetuned` in each pairwise benchmark's block (the ablation compares both).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from prefpipe.evaluation.bench_data import (
     resolve_split,
 )
 from prefpipe.evaluation.benchmark import (
+    AS_FINETUNED,
     TIMING_KEYS,
     evaluate_rewardbench2,
     evaluate_rows,
@@ -68,13 +71,16 @@ def run(cfg: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     """Load the reward model in --model and evaluate it on every configured benchmark."""
     import torch
 
-    from prefpipe.reward.model import load_reward_model
+    from prefpipe.reward.model import load_finetuned_head, load_reward_model
 
     seed_everything(cfg.seed)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     device = _device(cfg.eval.device)
     model = load_reward_model(str(args.model), device=device)
+    finetuned = load_finetuned_head(args.model, model)  # the head before the refit (the ablation reads it)
+    if finetuned is not None:
+        model.extra_heads[AS_FINETUNED] = finetuned
     log.info(
         "loaded %s reward model (tau %.4g) from %s on %s", model.head_type, model.tau, args.model, device
     )

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +43,9 @@ class PairScores:
     variance: np.ndarray | None  # closed-form Var[s] for Bayesian heads, else None
     seconds: float  # wall time of encoding + comparing
     batches: int
+    # The model's extra heads (RewardModel.extra_heads, e.g. the head as fine-tuned) on the same pairs:
+    # name -> their own PairScores (seconds 0: scored in the same pass).
+    extra: dict[str, PairScores] = field(default_factory=dict)
 
 
 def _cat(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -137,11 +140,22 @@ def score_pairs(
         encoded, n_batches = encode_sequences(
             model, list(prompts) + list(prompts), list(chosen) + list(rejected), batch_size
         )
-        enc_chosen = {k: v[:n] for k, v in encoded.items()}
-        enc_rejected = {k: v[n:] for k, v in encoded.items()}
+        enc_chosen = {k: v[:n] for k, v in encoded.items() if "/" not in k}
+        enc_rejected = {k: v[n:] for k, v in encoded.items() if "/" not in k}
         score, variance = model.compare(enc_chosen, enc_rejected)
+        extra = {}
+        for name in getattr(model, "extra_heads", {}):
+            part = {k.split("/", 1)[1]: v for k, v in encoded.items() if k.startswith(name + "/")}
+            pair = model.compare({k: v[:n] for k, v in part.items()}, {k: v[n:] for k, v in part.items()})
+            extra[name] = _checked(model, *pair, n, 0.0, n_batches)
     seconds = time.perf_counter() - start_time
+    return replace(_checked(model, score, variance, n, seconds, n_batches), extra=extra)
 
+
+def _checked(
+    model: PairScorer, score: Any, variance: Any, n: int, seconds: float, batches: int
+) -> PairScores:
+    """PairScores of one head's compare() output, after checking its shape and values."""
     score_np = _as_vector(score, n, "score")
     var_np = None if variance is None else _as_vector(variance, n, "variance")
     if not np.all(np.isfinite(score_np)):
@@ -151,7 +165,7 @@ def score_pairs(
         raise ValueError("score variance has negative or non-finite values")
     if getattr(model, "bayesian", False) and var_np is None:
         raise ValueError("a Bayesian head must return a score variance from compare()")
-    return PairScores(score=score_np, variance=var_np, seconds=seconds, batches=n_batches)
+    return PairScores(score=score_np, variance=var_np, seconds=seconds, batches=batches)
 
 
 def _as_vector(value: Any, n: int, name: str) -> np.ndarray:

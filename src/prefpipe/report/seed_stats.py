@@ -1,7 +1,8 @@
 """The headline figures of several results trees (seeds of one experiment) as mean ± sample sd.
 
 Per tree: every variant's section scores, four-section average and cyclic accuracy on the headline benchmark,
-its ECE, and each ablation row's fix effect (results/ablation/summary.json). The report's across-seeds section
+its ECE and the four-section average of its head as fine-tuned (before the refit), and each ablation row's fix
+effect in both of the ablation's protocols (results/ablation/summary.json). The report's across-seeds section
 and the three-seed command's summary file (prefpipe.seed_summary) both come from here.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prefpipe.evaluation.ablation import ROWS
-from prefpipe.evaluation.benchmark import CALIBRATION
+from prefpipe.evaluation.benchmark import AS_FINETUNED, CALIBRATION, EXTRA_HEADS
 from prefpipe.report import frames
 from prefpipe.report.inputs import Tree
 from prefpipe.report.stats import as_float
@@ -23,6 +24,9 @@ ITEMS = {
     frames.CYCLIC: "Cyclic",
     "ece": "ECE",
 }
+# The four-section average of the head as fine-tuned, before the head refit (models that kept it).
+FINETUNED_ITEM = "overall_as_finetuned"
+ITEMS[FINETUNED_ITEM] = "Average, head as fine-tuned"
 
 
 def tree_figures(tree: Tree, bench: str | None) -> dict[tuple[str, str], float]:
@@ -36,12 +40,16 @@ def tree_figures(tree: Tree, bench: str | None) -> dict[tuple[str, str], float]:
         ece = as_float(((block or {}).get(CALIBRATION) or {}).get("ece"))
         if ece is not None:
             out[(variant, "ece")] = ece
+        finetuned = ((block or {}).get(EXTRA_HEADS) or {}).get(AS_FINETUNED) or {}
+        if as_float(finetuned.get(frames.OVERALL)) is not None:
+            out[(variant, FINETUNED_ITEM)] = float(finetuned[frames.OVERALL])
     ablation = tree.summary("ablation") or {}
     if ablation.get("benchmark") == bench:
-        for row in ablation.get(ROWS) or []:
-            effect = as_float((row.get("items") or {}).get(frames.OVERALL, {}).get("fix_effect"))
-            if effect is not None:
-                out[("ablation", f"{row['fix']} {row['kind']}")] = effect
+        for suffix, block in (("", ablation), (", as fine-tuned", ablation.get(AS_FINETUNED) or {})):
+            for row in block.get(ROWS) or []:
+                effect = as_float((row.get("items") or {}).get(frames.OVERALL, {}).get("fix_effect"))
+                if effect is not None:
+                    out[("ablation", f"{row['fix']} {row['kind']}{suffix}")] = effect
     return out
 
 

@@ -2,7 +2,9 @@
 
 Saved folder (<out>/model/): the backbone via save_pretrained (safetensors) or a LoRA adapter plus a
 reference to its base, the tokenizer, head.safetensors and head_config.json (head type, dims, tau, pooling,
-options, chat formatting, max_length). See docs/CONTRACTS.md.
+options, chat formatting, max_length). See docs/CONTRACTS.md. When the trainer refitted the head after
+fine-tuning (train.head_fit.after_steps), head_finetuned.safetensors keeps the head as fine-tuned, before the
+refit, so evaluation can score both on one backbone pass (`extra_heads`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 HEAD_CONFIG = "head_config.json"
 HEAD_WEIGHTS = "head.safetensors"
+# The head as fine-tuned, before the head refit (evaluation scores it as an extra head).
+FINETUNED_HEAD_WEIGHTS = "head_finetuned.safetensors"
 FORMAT_VERSION = 1
 
 
@@ -119,6 +123,9 @@ class RewardModel(nn.Module):
         self.encoder = PairEncoder(tokenizer, spec.max_length, spec.padding_side)
         self._uses_position_ids = bb.accepts_position_ids(backbone)
         self._no_cache = spec.backbone_kind == "decoder"
+        # Other heads (same spec) that encode_dataset also applies to each batch's backbone features; their
+        # encodings come back as "<name>/<key>". Evaluation sets it (e.g. the head as fine-tuned).
+        self.extra_heads: dict[str, RewardHead] = {}
 
     def train(self, mode: bool = True) -> RewardModel:
         """Train mode everywhere except the frozen likelihood model, which always reads in eval mode."""
@@ -183,12 +190,16 @@ class RewardModel(nn.Module):
             pooled = torch.cat([pooled, stats.to(pooled.dtype)], dim=-1)
         return pooled, gather_positions(hidden, prompt_index)
 
-    def score_features(self, pooled: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The head on raw features: standardised (head.standardize), outside autocast in the head's own
-        dtype (fp32, except under DeepSpeed bf16, which casts every parameter to bf16); float32 outputs."""
-        dtype = next(self.head.parameters()).dtype
+    def score_features(
+        self, pooled: torch.Tensor, h_prompt: torch.Tensor, head: RewardHead | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The head (or another `head` of the same spec) on raw features: standardised (head.standardize),
+        outside autocast in the head's own dtype (fp32, except under DeepSpeed bf16, which casts every
+        parameter to bf16); float32 outputs."""
+        head = self.head if head is None else head
+        dtype = next(head.parameters()).dtype
         with torch.autocast(device_type=pooled.device.type, enabled=False):
-            out = self.head(self.head.standardize(pooled.to(dtype)), h_prompt.to(dtype))
+            out = head(head.standardize(pooled.to(dtype)), h_prompt.to(dtype))
         return {k: v.float() for k, v in out.items()}
 
     def forward(
@@ -226,10 +237,12 @@ class RewardModel(nn.Module):
         Each distinct (prompt, response) is encoded once; all rows are tokenised in one batched call; batches
         are length-bucketed (prefpipe.reward.batching): a batch of equal lengths runs without an attention mask,
         the others pad to their longest row. Outputs stay on the model's device until the end (no host sync
-        per batch). Truncations are counted per row, duplicates included, as tokenize() would."""
+        per batch). Truncations are counted per row, duplicates included, as tokenize() would. Each of
+        `extra_heads` is applied to the same features; its encodings are returned as "<name>/<key>"."""
         if self.training:
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")
-        keys = self.head.encoding_keys
+        heads = {"": self.head} | {f"{name}/": head.eval() for name, head in self.extra_heads.items()}
+        keys = [prefix + k for prefix, head in heads.items() for k in head.encoding_keys]
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         if not prompts:
@@ -259,9 +272,13 @@ class RewardModel(nn.Module):
                 # right padding: positions are 0, 1, ... already, so no position_ids to pass
                 if self.encoder.padding_side == "right":
                     inputs.pop("position_ids")
-            out = self(**{k: None if v is None else v.to(device) for k, v in inputs.items()})
-            for k in keys:
-                parts[k].append(out[k].float())
+            pooled, h_prompt = self.features(
+                **{k: None if v is None else v.to(device) for k, v in inputs.items()}
+            )
+            for prefix, head in heads.items():
+                out = self.score_features(pooled, h_prompt, head)
+                for k in head.encoding_keys:
+                    parts[prefix + k].append(out[k])
             order += batch.rows
             if number % 50 == 0:
                 log.info("encoded %d / %d batches", number, len(batches))
@@ -340,10 +357,14 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
 
 
 def save_reward_model(
-    rm: RewardModel, folder: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None
+    rm: RewardModel,
+    folder: str | os.PathLike,
+    state_dict: dict[str, torch.Tensor] | None = None,
+    finetuned_head: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write the model folder atomically. `state_dict` (full RewardModel keys) overrides the live weights,
-    e.g. weights gathered from DeepSpeed ZeRO-3 shards."""
+    e.g. weights gathered from DeepSpeed ZeRO-3 shards; `finetuned_head` (head keys) is the head before the
+    refit, written to head_finetuned.safetensors."""
     folder = Path(folder)
     state = state_dict if state_dict is not None else rm.state_dict()
     backbone_state = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
@@ -357,6 +378,9 @@ def save_reward_model(
         rm.backbone.save_pretrained(tmp, state_dict=backbone_state)
         rm.tokenizer.save_pretrained(tmp)
         save_file(head_state, str(tmp / HEAD_WEIGHTS))
+        if finetuned_head is not None:
+            kept = {k: v.detach().float().cpu().contiguous() for k, v in finetuned_head.items()}
+            save_file(kept, str(tmp / FINETUNED_HEAD_WEIGHTS))
         if rm.likelihood_model is not None:
             rm.likelihood_model.save_pretrained(tmp / likelihood.FOLDER)
         if spec.backbone_format == "lora" and spec.base_model and Path(spec.base_model).exists():
@@ -407,3 +431,14 @@ def load_reward_model(
                 folder / likelihood.FOLDER, dtype=dtype, trust_remote_code=False
             )
     return RewardModel(backbone, head, tokenizer, spec, scorer).to(device).eval()
+
+
+def load_finetuned_head(folder: str | os.PathLike, rm: RewardModel) -> RewardHead | None:
+    """The head as fine-tuned (before the refit) saved beside `rm`'s own, on its device in eval mode; None
+    when the folder has none (no refit, or a model saved before it was kept)."""
+    path = Path(folder) / FINETUNED_HEAD_WEIGHTS
+    if not path.exists():
+        return None
+    head = build_head(rm.spec.head, rm.spec.head_input_size, rm.spec.hidden_size)
+    head.load_state_dict(load_file(str(path)), strict=True)
+    return head.to(rm.device).eval()

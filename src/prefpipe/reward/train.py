@@ -32,13 +32,18 @@ log = logging.getLogger("prefpipe.train_reward")
 
 
 def sanity_eval(model_dir: Path, settings: RewardSettings, train_pairs: list, test_pairs: list) -> dict:
-    """Score train (a fixed sample) and test pairs with the SAVED model through the shared loader."""
+    """Score test pairs (eval.test_pairs) and a fixed sample of train pairs (eval.train_pairs) with the SAVED
+    model through the shared loader; {} when both are off (nothing is loaded)."""
+    if not (settings.eval.test_pairs or settings.eval.train_pairs):
+        return {}
     rm = load_reward_model(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
-    sample = train_pairs
-    if 0 < settings.eval.train_pairs < len(train_pairs):
-        sample = random.Random(settings.seed).sample(train_pairs, settings.eval.train_pairs)
-    result = {"test": pair_accuracy(rm, test_pairs, settings.eval.batch_size)}
+    result = {}
+    if settings.eval.test_pairs:
+        result["test"] = pair_accuracy(rm, test_pairs, settings.eval.batch_size)
     if settings.eval.train_pairs:
+        sample = train_pairs
+        if settings.eval.train_pairs < len(train_pairs):
+            sample = random.Random(settings.seed).sample(train_pairs, settings.eval.train_pairs)
         result["train"] = pair_accuracy(rm, sample, settings.eval.batch_size)
     return result
 
@@ -76,7 +81,8 @@ def train(settings: RewardSettings, data_dir: Path, base: str, out_dir: Path) ->
     state = acc.get_state_dict(trainer.prepared_model)
     summary: dict = {}
     if acc.is_main_process:
-        save_reward_model(acc.unwrap_model(trainer.prepared_model), out_dir / "model", state_dict=state)
+        model = acc.unwrap_model(trainer.prepared_model)
+        save_reward_model(model, out_dir / "model", state_dict=state, finetuned_head=result.finetuned_head)
         summary = {
             "head_type": settings.head.type,
             "steps": result.steps,
@@ -100,7 +106,6 @@ def train(settings: RewardSettings, data_dir: Path, base: str, out_dir: Path) ->
 
 def run(settings: RewardSettings, args: argparse.Namespace) -> None:
     summary = train(settings, Path(args.data), args.base, Path(args.out))
-    if summary:
-        test = summary["accuracy"]["test"]
-        per_subset = {k: round(v["accuracy"], 3) for k, v in test["subsets"].items()}
-        log.info("done: test accuracy %.3f %s", test["overall"], per_subset)
+    for split, block in (summary.get("accuracy") or {}).items():
+        per_subset = {k: round(v["accuracy"], 3) for k, v in block["subsets"].items()}
+        log.info("done: %s accuracy %.3f %s", split, block["overall"], per_subset)

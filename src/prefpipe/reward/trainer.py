@@ -77,6 +77,8 @@ class TrainResult:
     truncated_pairs: int
     history: list[dict[str, Any]] = field(default_factory=list)
     head_fit: dict[str, Any] = field(default_factory=dict)  # before / after: head_fit.fit_head's metrics
+    # The head's weights as fine-tuned, before the refit (main process; None without a refit).
+    finetuned_head: dict[str, torch.Tensor] | None = None
 
 
 def use_cpu() -> bool:
@@ -397,6 +399,10 @@ class RewardTrainer:
                         raise TrainingInterrupted(step + 1, path, signum)
         self.acc.wait_for_everyone()
         self.prepared_model = model
+        finetuned_head = None
+        if t.head_fit.after_steps and self.acc.is_main_process:  # kept so evaluation can score it too
+            head = self.acc.unwrap_model(model).head
+            finetuned_head = {k: v.detach().clone() for k, v in head.state_dict().items()}
         self._head_fit((chosen, rejected), "after")
         return TrainResult(
             steps=self.steps,
@@ -406,6 +412,7 @@ class RewardTrainer:
             truncated_pairs=truncated_pairs,
             history=history,
             head_fit=self.head_fit,
+            finetuned_head=finetuned_head,
         )
 
     def cleanup(self) -> None:

@@ -104,6 +104,7 @@ class TrainSettings:
 class SanityEvalSettings:
     batch_size: int
     train_pairs: int  # pairs of pairs_train scored for the train-accuracy sanity figure (0 = skip)
+    test_pairs: bool  # score pairs_test too (the eval stage scores the same pairs officially)
 
 
 @dataclass

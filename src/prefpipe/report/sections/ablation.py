@@ -9,8 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from prefpipe.evaluation.ablation import HURTS, ITEM_TITLES, MATTERS, MOST_IMPORTANT, NEUTRAL, ROWS
+from prefpipe.evaluation.ablation import HURTS, ITEM_TITLES, MATTERS, MOST_IMPORTANT, NEUTRAL, ROWS, VARIANTS
 from prefpipe.evaluation.accuracy_summary import OVERALL
+from prefpipe.evaluation.benchmark import AS_FINETUNED
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
@@ -86,14 +87,36 @@ def _fix_cell(item: dict[str, Any] | None) -> str:
     return f"{100 * item['fix_effect']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
+# The ablation stage's protocols: (key in its summary, None = the top level; how the report names the models;
+# anchor of their table).
+PROTOCOLS = (
+    (None, "the saved models (after the head refit)", "ablation-paired"),
+    (AS_FINETUNED, "each head as fine-tuned (before the refit)", "ablation-finetuned"),
+)
+
+
+def _protocols(paired: dict[str, Any]) -> list[tuple[dict[str, Any], str, str]]:
+    """(rows block, label, anchor) of each protocol the ablation summary holds."""
+    out = []
+    for key, label, anchor in PROTOCOLS:
+        block = paired if key is None else paired.get(key)
+        if isinstance(block, dict) and isinstance(block.get(ROWS), list):
+            out.append((block, label, anchor))
+    return out
+
+
 def _paired_claims(paired: dict[str, Any]) -> list[Claim]:
+    return [_paired_claim(paired, block, label, anchor) for block, label, anchor in _protocols(paired)]
+
+
+def _paired_claim(paired: dict[str, Any], block: dict[str, Any], label: str, anchor: str) -> Claim:
     conf = round(100 * paired["confidence"])
     parts = []
     for kind, where in (
         ("added", f"added to {paired['broken']}"),
         ("removed", f"removed from {paired['reference']}"),
     ):
-        rows = [r for r in paired[ROWS] if r["kind"] == kind and OVERALL in r["items"]]
+        rows = [r for r in block[ROWS] if r["kind"] == kind and OVERALL in r["items"]]
         if not rows:
             continue
         by = {
@@ -106,20 +129,25 @@ def _paired_claims(paired: dict[str, Any]) -> list[Claim]:
         }
         said = [f"{VERDICTS[v]}: {', '.join(by[v])}" for v in VERDICTS if by[v]]
         parts.append(f"{where}, " + "; ".join(said))
-    best = (paired.get(MOST_IMPORTANT) or {}).get("overall")
+    best = (block.get(MOST_IMPORTANT) or {}).get("overall")
+    scores = {
+        v: block[VARIANTS][v]["scores"][OVERALL]["score"] for v in (paired["reference"], paired["broken"])
+    }
     text = (
-        f"Which Bayesian GPM fixes matter (four-section average on {paired['benchmark']}, points with {conf}% "
-        f"paired bootstrap intervals over {paired['n_pairs']} pairs): "
+        f"Which Bayesian GPM fixes matter, measured on {label} (four-section average on {paired['benchmark']}: "
+        f"{paired['reference']} {100 * scores[paired['reference']]:.1f}, {paired['broken']} "
+        f"{100 * scores[paired['broken']]:.1f}; points with {conf}% paired bootstrap intervals over "
+        f"{paired['n_pairs']} pairs): "
         + ". ".join(parts)
         + (f". The fix that matters most: {best}." if best else ". No fix clears its interval.")
     )
-    return [Claim(text, "ablation-paired")]
+    return Claim(text, anchor)
 
 
-def _paired_table(paired: dict[str, Any]) -> Table:
+def _paired_table(paired: dict[str, Any], block: dict[str, Any], label: str, anchor: str) -> Table:
     items = [i for i in paired.get("items", []) if i != OVERALL]
     rows = []
-    for r in paired[ROWS]:
+    for r in block[ROWS]:
         what = f"{r['variant']} vs {r['baseline']}"
         rows.append(
             [
@@ -133,15 +161,18 @@ def _paired_table(paired: dict[str, Any]) -> Table:
         )
     conf = round(100 * paired["confidence"])
     return Table(
-        f"Each fix's effect on {paired['benchmark']}, added to {paired['broken']} and removed from {paired['reference']}",
+        f"Each fix's effect on {paired['benchmark']}, added to {paired['broken']} and removed from "
+        f"{paired['reference']}: {label}",
         ["Fix", "Kind", "Contrast", f"Average [{conf}%]", "Verdict", *(ITEM_TITLES.get(i, i) for i in items)],
         rows,
         f"Points; > 0 means the fix helps (a removal row's difference with its sign flipped). {conf}% percentile "
         f"intervals from {paired['bootstrap_resamples']} paired bootstrap resamples of the {paired['n_pairs']} "
         "test pairs (drawn within each subset, the same draw for both variants; section-weighted scores "
         "recomputed as the evaluation does). Verdict on the average: matters (interval above 0), neutral "
-        "(contains 0), hurts (below 0). Written by the ablation stage (results/ablation/summary.json).",
-        anchor="ablation-paired",
+        "(contains 0), hurts (below 0). Written by the ablation stage (results/ablation/summary.json). The "
+        "head refit (train.head_fit) fits each head alone on frozen features after fine-tuning, which can rescue "
+        "a run the broken settings collapsed; the heads as fine-tuned show what the Bayesian objective trained.",
+        anchor=anchor,
     )
 
 
@@ -198,7 +229,7 @@ def build(ctx: Context) -> Section | None:
         if over is not None:
             ests.append(plots.Estimate(v, over["score"], over["lo"], over["hi"], ctx.colors[v]))
     paired = _paired(ctx)
-    blocks: list = [_paired_table(paired)] if paired is not None else []
+    blocks: list = [_paired_table(paired, *p) for p in _protocols(paired)] if paired is not None else []
     blocks += [
         Table(
             f"Overall accuracy on {ctx.bench} per ablation variant",
