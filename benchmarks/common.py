@@ -3,7 +3,9 @@ peer, ...) so both see the same machine load, collect each child's per-unit CPU 
 ratio with its spread, and write JSON under results/benchmarks/.
 
 CPU seconds (time.process_time in the child, over the timed units only) are the figure: the machine is shared,
-wall time moves with other people's jobs, CPU time much less. Every child runs with OMP_NUM_THREADS=1."""
+wall time moves with other people's jobs, CPU time much less. Every child runs with OMP_NUM_THREADS=1.
+On a GPU (benchmarks/gpu.py) the figure is wall time instead (`clock("wall")`: torch.cuda.synchronize, then
+time.perf_counter), and the children see the parent's CUDA devices (`gpu=True`)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "benchmarks"
 
 
-def child_env() -> dict[str, str]:
+def child_env(gpu: bool = False) -> dict[str, str]:
+    """The children's environment: one thread, offline, prefpipe and the tests' support package importable;
+    no CUDA device unless `gpu` (then the parent's CUDA_VISIBLE_DEVICES, if any, is passed on unchanged)."""
     env = dict(os.environ)
     env.update(
         OMP_NUM_THREADS="1",
@@ -28,29 +33,42 @@ def child_env() -> dict[str, str]:
         HF_HUB_OFFLINE="1",
         WANDB_MODE="disabled",
         TOKENIZERS_PARALLELISM="false",
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)]),
-        CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", ""),
+        # this checkout first, then the parent's (e.g. wheels unpacked with pip --target on a GPU machine)
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)] + [x for x in [env.get("PYTHONPATH")] if x]
+        ),
     )
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "")
     return env
 
 
-def run_worker(script: str, args: dict) -> dict:
+def run_worker(script: str, args: dict, gpu: bool = False, timeout: float = 3600) -> dict:
     """Run `python script --worker JSON` and return the JSON its last stdout line holds."""
     cmd = [sys.executable, script, "--worker", json.dumps(args)]
-    res = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=3600)
+    res = subprocess.run(cmd, env=child_env(gpu), capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{res.stderr[-4000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def interleaved(script: str, case: dict, sides: tuple[str, ...], rounds: int) -> dict[str, list[float]]:
-    """Per side, one value per round (the worker's median per-unit CPU seconds), sides alternating."""
+def interleaved(
+    script: str, case: dict, sides: tuple[str, ...], rounds: int, wall: bool = False
+) -> dict[str, list[float]]:
+    """Per side, one value per round (the worker's median per-unit CPU seconds), sides alternating.
+    wall: the children see the GPU and time wall seconds (case["clock"] = "wall", read by `clock`)."""
     values: dict[str, list[float]] = {s: [] for s in sides}
+    if wall:
+        case = {**case, "clock": "wall"}
     for r in range(rounds):
-        order = sides if r % 2 == 0 else tuple(reversed(sides))
-        for side in order:
-            values[side].append(run_worker(script, {**case, "side": side})["value"])
+        for side in round_order(sides, r):
+            values[side].append(run_worker(script, {**case, "side": side}, gpu=wall)["value"])
     return values
+
+
+def round_order(sides: tuple[str, ...], r: int) -> tuple[str, ...]:
+    """Round r's order of the sides: as given in even rounds, reversed in odd ones (a, b, b, a, ...)."""
+    return sides if r % 2 == 0 else tuple(reversed(sides))
 
 
 def summarise(values: dict[str, list[float]], ours: str, peer: str, lower_is_better: bool) -> dict:
@@ -90,13 +108,42 @@ def write(name: str, payload: dict) -> Path:
     return path
 
 
-def cpu_units(fn, n_units: int, warmup: int = 1) -> list[float]:
-    """CPU seconds of each of n_units calls of fn() after `warmup` untimed ones."""
+def clock(kind: str = "cpu") -> Callable[[], float]:
+    """The timer a worker reads: "cpu" = time.process_time (this process's CPU seconds); "wall" =
+    time.perf_counter after torch.cuda.synchronize() where CUDA is in use (queued kernels count)."""
+    if kind == "cpu":
+        return time.process_time
+    if kind != "wall":
+        raise ValueError(f"clock must be cpu or wall, got {kind!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        return time.perf_counter
+
+    def now() -> float:
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    return now
+
+
+def cpu_units(fn, n_units: int, warmup: int = 1, now: Callable[[], float] = time.process_time) -> list[float]:
+    """Seconds (CPU seconds unless `now` is another clock) of each of n_units calls of fn() after `warmup`
+    untimed ones."""
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(n_units):
-        t0 = time.process_time()
+        t0 = now()
         fn()
-        out.append(time.process_time() - t0)
+        out.append(now() - t0)
     return out
+
+
+def cuda_peak_memory() -> dict:
+    """This process's peak CUDA memory (torch.cuda.max_memory_allocated) once CUDA is in use, else nothing."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"peak_memory_bytes": torch.cuda.max_memory_allocated()}

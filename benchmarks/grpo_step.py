@@ -15,7 +15,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -102,41 +101,56 @@ def build(size: str):
     return model, tok
 
 
-def worker_prefpipe(case: dict) -> list[float]:
+def _settings(case: dict):
+    """prefpipe's GRPO settings for a case (the TRL side gets the same numbers in worker_trl)."""
+    from support.settings import grpo_settings
+
+    over = {"lora": {"enabled": True}} if case["lora"] else {}
+    return grpo_settings(
+        {
+            "steps": case["steps"] + 1, "prompts_per_step": case["prompts"], "num_generations": case["G"],
+            "max_new_tokens": case["tokens"], "temperature": 1.0, "beta": case["beta"], "learning_rate": 1e-5,
+            "micro_batch_size": case["prompts"] * case["G"], "mask_truncated_completions": False,
+            "sample_every": 0, "checkpoint_every": 0, "inspect_steps": [], "loss_type": "dapo",
+            "epsilon_high": 0.2, "device": case.get("device", "cpu"), "dtype": case.get("dtype", "float32"),
+            **over,
+        }
+    )  # fmt: skip
+
+
+def worker_prefpipe(case: dict) -> dict:
+    """Seconds per step (case["clock"]: cpu or wall) and completion tokens generated per step, warm-up step
+    dropped. With case["model_dir"] the policy comes through prefpipe's own loader (load_policy: dtype, device,
+    LoRA from the settings), else from build(size)."""
     import tempfile
 
     import torch
-    from support.settings import grpo_settings
 
     from prefpipe.grpo.rewards import WeightedReward
     from prefpipe.grpo.trainer import GRPOTrainer
 
     torch.set_num_threads(1)
-    model, tok = build(case["size"])
-    lora_state = "none"
-    over = {}
-    if case["lora"]:
-        from peft import get_peft_model
+    now = common.clock(case.get("clock", "cpu"))
+    cfg = _settings(case)
+    if case.get("model_dir"):
+        from prefpipe.grpo.policy_io import load_policy
 
-        model = get_peft_model(model, lora_config())
-        lora_state = "fresh"
-        over["lora"] = {"enabled": True}
-    steps = case["steps"] + 1
-    cfg = grpo_settings(
-        {
-            "steps": steps, "prompts_per_step": case["prompts"], "num_generations": case["G"],
-            "max_new_tokens": case["tokens"], "temperature": 1.0, "beta": case["beta"], "learning_rate": 1e-5,
-            "micro_batch_size": case["prompts"] * case["G"], "mask_truncated_completions": False,
-            "sample_every": 0, "checkpoint_every": 0, "inspect_steps": [], "loss_type": "dapo",
-            "epsilon_high": 0.2, **over,
-        }
-    )  # fmt: skip
+        model, tok, lora_state = load_policy(case["model_dir"], cfg.lora, cfg.dtype, cfg.device)
+    else:
+        model, tok = build(case["size"])
+        lora_state = "none"
+        if case["lora"]:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, lora_config())
+            lora_state = "fresh"
     rows = [{"id": str(i), "prompt": p, "answer": None, "kind": "none"} for i, p in enumerate(prompts(64))]
 
     def fn(inputs):
         return torch.tensor(reward_length(inputs.completions))
 
     times: list[float] = []
+    generated: list[float] = []
     marks = {}
 
     trainer = GRPOTrainer(
@@ -145,19 +159,22 @@ def worker_prefpipe(case: dict) -> list[float]:
     orig_rollout = trainer._rollout
 
     def timed_rollout(step):
-        marks["t0"] = time.process_time()
+        marks["t0"] = now()
         return orig_rollout(step)
 
     trainer._rollout = timed_rollout
 
     def on_end(step, row):
-        times.append(time.process_time() - marks["t0"])
+        times.append(now() - marks["t0"])
+        generated.append(row["completion_length_mean"] * case["prompts"] * case["G"])
 
     trainer.train(on_step_end=on_end)
-    return times[1:]
+    return {"times": times[1:], "generated": generated[1:]}
 
 
-def worker_trl(case: dict) -> list[float]:
+def worker_trl(case: dict) -> dict:
+    """As worker_prefpipe, for TRL's GRPOTrainer. bf16 (case["dtype"] bfloat16): the weights loaded in bf16
+    (model_init_kwargs) and TRL's bf16 autocast on, as prefpipe's dtype bfloat16 keeps its weights in bf16."""
     import tempfile
 
     import torch
@@ -166,7 +183,14 @@ def worker_trl(case: dict) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(1)
-    model, tok = build(case["size"])
+    now = common.clock(case.get("clock", "cpu"))
+    device, dtype = case.get("device", "cpu"), case.get("dtype", "float32")
+    if case.get("model_dir"):
+        from prefpipe.grpo.policy_io import load_tokenizer
+
+        model, tok = case["model_dir"], load_tokenizer(case["model_dir"])
+    else:
+        model, tok = build(case["size"])
     peft_config = None
     if case["lora"]:
         peft_config = lora_config()
@@ -175,9 +199,11 @@ def worker_trl(case: dict) -> list[float]:
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=n, num_generations=case["G"],
         max_completion_length=case["tokens"], temperature=1.0, top_k=0, top_p=1.0, beta=case["beta"],
         learning_rate=1e-5, max_steps=case["steps"] + 1, logging_steps=1000, save_strategy="no", report_to=[],
-        use_cpu=True, mask_truncated_completions=False, loss_type="dapo", scale_rewards="group",
+        use_cpu=device == "cpu", mask_truncated_completions=False, loss_type="dapo", scale_rewards="group",
         disable_dropout=True, seed=0, dataloader_num_workers=0, shuffle_dataset=False,
-        bf16=False,  # GRPOConfig defaults to bf16 autocast (CPU too); prefpipe trains in fp32: same precision
+        gradient_checkpointing=False,  # TRL's configs default to True (a second forward in backward); prefpipe: none
+        # GRPOConfig defaults to bf16 autocast (CPU too); prefpipe trains in its dtype: the same precision
+        bf16=dtype == "bfloat16", model_init_kwargs={"dtype": dtype} if case.get("model_dir") else None,
     )  # fmt: skip
     from prefpipe.common.chat import format_prompt, has_chat_template
 
@@ -189,30 +215,36 @@ def worker_trl(case: dict) -> list[float]:
         texts = [format_prompt(tok, p) for p in prompts(64 * case["G"])]
     ds = Dataset.from_dict({"prompt": texts})
     times: list[float] = []
+    generated: list[float] = []
+    box = {}
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
-            self.t0 = time.process_time()
+            self.t0 = now()
 
         def on_step_end(self, *a, **k):
-            times.append(time.process_time() - self.t0)
+            times.append(now() - self.t0)
+            lengths = box["trainer"]._metrics["train"].get("completions/mean_length") or [float("nan")]
+            generated.append(lengths[-1] * n)
 
-    folder = tempfile.mkdtemp()  # TRL builds its reference model from the policy's folder
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    if not case["lora"]:
-        model = folder
+    if not case.get("model_dir"):
+        folder = tempfile.mkdtemp()  # TRL builds its reference model from the policy's folder
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+        if not case["lora"]:
+            model = folder
     trainer = GRPOTrainer(
         model=model, reward_funcs=[reward_length], args=args, train_dataset=ds, processing_class=tok,
         peft_config=peft_config, callbacks=[Timer()],
     )  # fmt: skip
+    box["trainer"] = trainer
     trainer.train()
-    return times[1:]
+    return {"times": times[1:], "generated": generated[1:]}
 
 
 def worker(case: dict) -> None:
-    times = worker_prefpipe(case) if case["side"] == "prefpipe" else worker_trl(case)
-    print(json.dumps({"value": statistics.median(times), "all": times}))
+    out = worker_prefpipe(case) if case["side"] == "prefpipe" else worker_trl(case)
+    print(json.dumps({"value": statistics.median(out["times"]), "all": out["times"]}))
 
 
 def main() -> None:

@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,8 +44,6 @@ SIDES = ("prefpipe_bt", "prefpipe_gpm", "trl")
 
 def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
     """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent)."""
-    from prefpipe.reward.collate import PairEncoder
-
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
     base = folder / f"base_{size}"
     if size == "tiny":
@@ -56,10 +53,19 @@ def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
         save_scratch_base(base, texts, vocab_size=512)
     else:
         save_smollm2(base)
+    pairs = folder / f"pairs_{size}.jsonl"
+    keep = fitting_pairs(rows, base, max_length, n_pairs, pairs)
+    return {"base": str(base), "pairs": str(pairs), "n_pairs": len(keep)}
+
+
+def fitting_pairs(rows: list[dict], base: Path, max_length: int, n_pairs: int, out: Path) -> list[dict]:
+    """The first n_pairs usable rows whose chosen and rejected both fit max_length tokens under the tokenizer in
+    `base` (prefpipe's PairEncoder: neither side truncates or drops), written to `out` as JSONL."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(base)
-    enc = PairEncoder(tok, max_length, "right")
+    from prefpipe.reward.collate import PairEncoder
+
+    enc = PairEncoder(AutoTokenizer.from_pretrained(base), max_length, "right")
     keep = []
     for r in rows:
         if not r["chosen"].strip() or not r["rejected"].strip() or r["chosen"] == r["rejected"]:
@@ -69,9 +75,8 @@ def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
             keep.append({k: r[k] for k in ("id", "prompt", "chosen", "rejected")})
         if len(keep) == n_pairs:
             break
-    pairs = folder / f"pairs_{size}.jsonl"
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
-    return {"base": str(base), "pairs": str(pairs), "n_pairs": len(keep)}
+    out.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
+    return keep
 
 
 def save_smollm2(folder: Path) -> None:
@@ -97,7 +102,40 @@ def intervals(marks: list[float]) -> list[float]:
     return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 
 
-def worker_prefpipe(case: dict, head: str) -> list[float]:
+class TokenCounter:
+    """Counts the token positions a backbone is fed (forward pre-hook): real (attention mask ones; all of
+    them when no mask is passed) and padded (input_ids.numel()), per optimizer step between `mark()` calls.
+    The real counts stay device tensors until `steps()` (no host sync inside a timed step)."""
+
+    def __init__(self, module) -> None:
+        self.real: list = []
+        self.padded: list[int] = []
+        self.marks: list[int] = []
+        module.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            return
+        mask = kwargs.get("attention_mask")
+        self.padded.append(ids.numel())
+        self.real.append(mask.sum() if mask is not None and mask.dim() == 2 else ids.numel())
+
+    def mark(self) -> None:
+        self.marks.append(len(self.real))
+
+    def steps(self) -> dict[str, list[int]]:
+        """Per interval between consecutive marks (the timed steps): real and padded token positions."""
+        spans = list(zip(self.marks, self.marks[1:], strict=False))
+        return {
+            "real_tokens": [int(sum(int(x) for x in self.real[a:b])) for a, b in spans],
+            "padded_tokens": [sum(self.padded[a:b]) for a, b in spans],
+        }
+
+
+def worker_prefpipe(case: dict, head: str) -> dict:
+    """Step seconds (case["clock"]) and token positions per timed step. Precision: the settings' default
+    (auto: bf16 autocast under accelerate on CUDA, fp32 on CPU) unless case["precision"] says otherwise."""
     import torch
     from support.settings import reward_settings
 
@@ -106,10 +144,13 @@ def worker_prefpipe(case: dict, head: str) -> list[float]:
     from prefpipe.reward.trainer import RewardTrainer
 
     torch.set_num_threads(1)
+    now = common.clock(case.get("clock", "cpu"))
     settings = reward_settings(
         {
             "head": {"type": head, "standardize": False},
-            "backbone": {"pooling": "last", "embedding_features": False},
+            # likelihood_features off: its frozen second backbone pass is work TRL does not do
+            "backbone": {"pooling": "last", "embedding_features": False, "likelihood_features": False,
+                         "precision": case.get("precision", "auto")},
             "data": {"max_length": case["max_length"]},
             "train": {
                 "steps": case["steps"] + 1, "batch_size": case["batch"], "micro_batch_size": case["batch"],
@@ -122,16 +163,20 @@ def worker_prefpipe(case: dict, head: str) -> list[float]:
     )  # fmt: skip
     torch.manual_seed(0)
     rm = build_reward_model(case["base"], settings)
+    counter = TokenCounter(rm.backbone)
     pairs, _ = read_pairs(case["pairs"])
     marks: list[float] = []
-    trainer = RewardTrainer(
-        rm, settings, pairs, tempfile.mkdtemp(), on_step_end=lambda *_: marks.append(time.process_time())
-    )
+
+    def on_end(*_):
+        marks.append(now())
+        counter.mark()
+
+    trainer = RewardTrainer(rm, settings, pairs, tempfile.mkdtemp(), on_step_end=on_end)
     trainer.train()
-    return intervals(marks)
+    return {"times": intervals(marks), **counter.steps(), **common.cuda_peak_memory()}
 
 
-def worker_trl(case: dict) -> list[float]:
+def worker_trl(case: dict) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, LlamaForSequenceClassification, TrainerCallback
@@ -141,6 +186,10 @@ def worker_trl(case: dict) -> list[float]:
     from prefpipe.reward.pairs import read_pairs
 
     torch.set_num_threads(1)
+    now = common.clock(case.get("clock", "cpu"))
+    device = case.get("device", "cpu")
+    precision = case.get("precision", "auto")
+    bf16 = precision == "bf16" or (precision == "auto" and device != "cpu")  # as prefpipe's auto
     tok = AutoTokenizer.from_pretrained(case["base"])
     pairs, _ = read_pairs(case["pairs"])
     enc = PairEncoder(tok, case["max_length"], "right")  # the very token ids prefpipe trains on
@@ -151,31 +200,33 @@ def worker_trl(case: dict) -> list[float]:
         }
     )
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1)
+    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tok.pad_token_id
+    counter = TokenCounter(model.base_model)
     args = RewardConfig(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=case["batch"], gradient_accumulation_steps=1,
         learning_rate=case["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         max_grad_norm=1.0, max_steps=case["steps"] + 1, max_length=case["max_length"], logging_steps=10_000,
         gradient_checkpointing=False,  # TRL's RewardConfig defaults to True (a second forward in backward)
-        save_strategy="no", report_to=[], use_cpu=True, disable_dropout=True, seed=0,
-        dataloader_num_workers=0, bf16=False, fp16=False,
+        save_strategy="no", report_to=[], use_cpu=device == "cpu", disable_dropout=True, seed=0,
+        dataloader_num_workers=0, bf16=bf16, fp16=False,
     )  # fmt: skip
     marks: list[float] = []
 
     class Timer(TrainerCallback):
         def on_step_end(self, *a, **k):
-            marks.append(time.process_time())
+            marks.append(now())
+            counter.mark()
 
     RewardTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=[Timer()]).train()
-    return intervals(marks)
+    return {"times": intervals(marks), **counter.steps(), **common.cuda_peak_memory()}
 
 
 def worker(case: dict) -> None:
     side = case["side"]
-    times = worker_trl(case) if side == "trl" else worker_prefpipe(case, side.split("_")[1])
-    value = case["batch"] / statistics.median(times)
-    print(json.dumps({"value": value, "step_cpu_s": times}))
+    out = worker_trl(case) if side == "trl" else worker_prefpipe(case, side.split("_")[1])
+    value = case["batch"] / statistics.median(out["times"])
+    print(json.dumps({"value": value, "step_cpu_s": out["times"]}))
 
 
 def main() -> None:

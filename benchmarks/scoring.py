@@ -87,18 +87,28 @@ def model_folder(max_length: int) -> Path:
         "bt",
         seed=0,
         data={"max_length": max_length},
-        backbone={"embedding_features": False, "pooling": "last"},
+        # the likelihood features (auto: on for the tied scratch base) are no part of the plain loop's head input
+        backbone={"embedding_features": False, "likelihood_features": False, "pooling": "last"},
     )
     torch.manual_seed(0)
     save_reward_model(rm.eval(), folder)
     return folder
 
 
-def worker_prefpipe(case: dict, rows: list[dict]):
-    from prefpipe.evaluation.pair_scoring import score_pairs
+def load_model(case: dict):
+    """The saved reward model on case["device"] (default cpu) in case["dtype"] (default float32)."""
+    import torch
+
     from prefpipe.reward.model import load_reward_model
 
-    rm = load_reward_model(case["folder"])
+    dtype = getattr(torch, case.get("dtype", "float32"))
+    return load_reward_model(case["folder"], device=case.get("device", "cpu"), dtype=dtype)
+
+
+def worker_prefpipe(case: dict, rows: list[dict], rm=None):
+    from prefpipe.evaluation.pair_scoring import score_pairs
+
+    rm = rm if rm is not None else load_model(case)
     prompts = [r["prompt"] for r in rows]
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
@@ -110,15 +120,16 @@ def worker_prefpipe(case: dict, rows: list[dict]):
     return fn, out
 
 
-def worker_hf(case: dict, rows: list[dict]):
+def worker_hf(case: dict, rows: list[dict], rm=None):
     import torch
 
-    from prefpipe.reward.model import load_reward_model
-
-    rm = load_reward_model(case["folder"])  # only for its modules: the same backbone, head and tokenizer
+    # prefpipe's model only for its modules: the same backbone, head and tokenizer
+    rm = rm if rm is not None else load_model(case)
     tok, backbone, head = rm.tokenizer, rm.backbone, rm.head
     tok.truncation_side = "left"
     bs, max_length = case["batch_size"], case["max_length"]
+    device = next(backbone.parameters()).device
+    head_dtype = next(head.parameters()).dtype
     out = {}
 
     def fn():
@@ -131,7 +142,7 @@ def worker_hf(case: dict, rows: list[dict]):
                     texts.append(text + r[response_key] + tok.eos_token)
             ids = tok(texts, add_special_tokens=False, truncation=True, max_length=max_length)["input_ids"]
             order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-            rewards = torch.empty(len(ids))
+            rewards = torch.empty(len(ids), device=device)
             for start in range(0, len(order), bs):
                 idx = order[start : start + bs]
                 width = max(len(ids[i]) for i in idx)
@@ -140,11 +151,13 @@ def worker_hf(case: dict, rows: list[dict]):
                 for j, i in enumerate(idx):
                     input_ids[j, : len(ids[i])] = torch.tensor(ids[i])
                     mask[j, : len(ids[i])] = 1
+                input_ids, mask = input_ids.to(device), mask.to(device)
                 hidden = backbone(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
-                last = hidden[torch.arange(len(idx)), mask.sum(1) - 1]
-                rewards[torch.tensor(idx)] = head(head.standardize(last), last)["reward"]
+                last = hidden[torch.arange(len(idx), device=device), mask.sum(1) - 1].to(head_dtype)
+                reward = head(head.standardize(last), last)["reward"]
+                rewards[torch.tensor(idx, device=device)] = reward.float()
             n = len(rows)
-            out["scores"] = (rewards[:n] - rewards[n:]).double().numpy()
+            out["scores"] = (rewards[:n] - rewards[n:]).double().cpu().numpy()
             out["lengths"] = [len(x) for x in ids]
 
     return fn, out
@@ -157,7 +170,7 @@ def worker(case: dict) -> None:
     rows = load_rows(case["dataset"], case["rows"])
     make = worker_prefpipe if case["side"] == "prefpipe" else worker_hf
     fn, out = make(case, rows)
-    seconds = common.cpu_units(fn, case["units"], warmup=1)
+    seconds = common.cpu_units(fn, case["units"], warmup=1, now=common.clock(case.get("clock", "cpu")))
     rates = [2 * len(rows) / s for s in seconds]
     print(
         json.dumps(

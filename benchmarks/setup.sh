@@ -21,4 +21,4 @@ if [ -n "${PREFPIPE_BENCH_BASE:-}" ]; then
 else
     PREFPIPE_VENV=.venv-bench scripts/bootstrap.sh "dev,bench"
 fi
-.venv-bench/bin/python -c 'import trl, prefpipe; print("benchmarks ready: trl", trl.__version__)'
+PYTHONPATH=src .venv-bench/bin/python -c 'import trl, prefpipe; print("benchmarks ready: trl", trl.__version__)'
