@@ -179,8 +179,10 @@ def test_fused_adamw_step_equals_the_plain_one(tiny_base):
     got = three_steps(fast)
     plain = torch.optim.AdamW(param_groups(rm, settings), lr=settings.train.learning_rate, foreach=False)
     want = three_steps(plain)
+    # Adam divides by sqrt(v): where a gradient element is tiny, rounding moves an update by a few 1e-6 (3e-6
+    # seen on a head weight of 0.03 at head lr 3e-2); a wrong update would be off by the learning rate.
     for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}")
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
 
 
 @pytest.mark.parametrize("head", ["bt", "gpm"])

@@ -29,7 +29,15 @@ from prefpipe.reward import likelihood
 from prefpipe.reward.batching import plan_batches
 from prefpipe.reward.collate import PairEncoder
 from prefpipe.reward.heads import RewardHead, build_head
-from prefpipe.reward.pooling import gather_positions, mean_pool, pool, response_mask
+from prefpipe.reward.pooling import (
+    first_token_index,
+    gather_positions,
+    last_token_index,
+    mean_pool,
+    pool,
+    response_mask,
+)
+from prefpipe.reward.selected_last_layer import last_layer, selected_last_layer
 from prefpipe.settings.reward import BayesSettings, HeadSettings, RewardSettings
 
 log = logging.getLogger(__name__)
@@ -39,6 +47,8 @@ HEAD_WEIGHTS = "head.safetensors"
 # The head as fine-tuned, before the head refit (evaluation scores it as an extra head).
 FINETUNED_HEAD_WEIGHTS = "head_finetuned.safetensors"
 FORMAT_VERSION = 1
+# Poolings that read one position per row: the last layer can run at that position (and the prompt's) alone.
+POINT_POOLING = {"last": last_token_index, "first": first_token_index}
 
 
 @dataclass
@@ -126,6 +136,9 @@ class RewardModel(nn.Module):
         # Other heads (same spec) that encode_dataset also applies to each batch's backbone features; their
         # encodings come back as "<name>/<key>". Evaluation sets it (e.g. the head as fine-tuned).
         self.extra_heads: dict[str, RewardHead] = {}
+        # Whether features() runs the last decoder layer at the read positions only (same scores, less work;
+        # set False to force the plain path, as the equivalence tests do).
+        self.selected_last_layer = last_layer(backbone) is not None
 
     def train(self, mode: bool = True) -> RewardModel:
         """Train mode everywhere except the frozen likelihood model, which always reads in eval mode."""
@@ -175,10 +188,19 @@ class RewardModel(nn.Module):
             kwargs["position_ids"] = position_ids
         if self._no_cache:
             kwargs["use_cache"] = False
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        pooled = pool(hidden, attention_mask, self.spec.pooling, prompt_index)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        index = self._read_positions(mask, prompt_index)
+        if index is not None:  # the last layer runs at the pooled and the prompt positions only
+            with selected_last_layer(self.backbone, index, attention_mask):
+                states = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            pooled, h_prompt = states.last_hidden_state.unbind(dim=1)
+        else:
+            hidden = self.backbone(
+                input_ids=input_ids, attention_mask=attention_mask, **kwargs
+            ).last_hidden_state
+            pooled = pool(hidden, mask, self.spec.pooling, prompt_index)
+            h_prompt = gather_positions(hidden, prompt_index)
+        attention_mask = mask
         if self.spec.embedding_features:
             embedded = self.backbone.get_input_embeddings()(input_ids)
             words = mean_pool(embedded, response_mask(attention_mask, prompt_index))
@@ -188,7 +210,16 @@ class RewardModel(nn.Module):
                 self.likelihood_model, input_ids, attention_mask, prompt_index, kwargs
             )
             pooled = torch.cat([pooled, stats.to(pooled.dtype)], dim=-1)
-        return pooled, gather_positions(hidden, prompt_index)
+        return pooled, h_prompt
+
+    def _read_positions(
+        self, attention_mask: torch.Tensor, prompt_index: torch.Tensor
+    ) -> torch.Tensor | None:
+        """(N, 2) positions [pooled token, prompt's last token] when the head reads only those and the last
+        layer may run there alone (`selected_last_layer`); None for the plain path."""
+        if not self.selected_last_layer or self.spec.pooling not in POINT_POOLING:
+            return None
+        return torch.stack([POINT_POOLING[self.spec.pooling](attention_mask), prompt_index], dim=1)
 
     def score_features(
         self, pooled: torch.Tensor, h_prompt: torch.Tensor, head: RewardHead | None = None
