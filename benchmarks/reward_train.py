@@ -103,8 +103,8 @@ def intervals(marks: list[float]) -> list[float]:
 
 
 class TokenCounter:
-    """Counts the token positions a backbone is fed (forward pre-hook): real (attention mask ones; all of
-    them when no mask is passed) and padded (input_ids.numel()), per optimizer step between `mark()` calls.
+    """Counts the token positions a backbone is fed (forward pre-hook): real (attention mask ones, positions
+    of a 4-D mask that attend to or are attended by another; all of them when no mask is passed) and padded (input_ids.numel()), per optimizer step between `mark()` calls.
     The real counts stay device tensors until `steps()` (no host sync inside a timed step)."""
 
     def __init__(self, module) -> None:
@@ -119,7 +119,13 @@ class TokenCounter:
             return
         mask = kwargs.get("attention_mask")
         self.padded.append(ids.numel())
-        self.real.append(mask.sum() if mask is not None and mask.dim() == 2 else ids.numel())
+        if mask is None:
+            self.real.append(ids.numel())
+        elif mask.dim() == 2:
+            self.real.append(mask.sum())
+        else:  # prefpipe's shared-prompt form (k, 1, W, W): padding attends to itself only and is not attended
+            m = mask[:, 0]
+            self.real.append(((m.sum(-1) > 1) | (m.sum(-2) > 1)).sum())
 
     def mark(self) -> None:
         self.marks.append(len(self.real))

@@ -37,7 +37,7 @@ from prefpipe.reward.pooling import (
     pool,
     response_mask,
 )
-from prefpipe.reward.selected_last_layer import last_layer, selected_last_layer
+from prefpipe.reward.selected_last_layer import causal_allowed, last_layer, selected_last_layer
 from prefpipe.settings.reward import BayesSettings, HeadSettings, RewardSettings
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,8 @@ class RewardModel(nn.Module):
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         index = self._read_positions(mask, prompt_index)
         if index is not None:  # the last layer runs at the pooled and the prompt positions only
-            with selected_last_layer(self.backbone, index, attention_mask):
+            allowed = causal_allowed(index, attention_mask, input_ids.shape[1])
+            with selected_last_layer(self.backbone, index, allowed):
                 states = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             pooled, h_prompt = states.last_hidden_state.unbind(dim=1)
         else:
@@ -241,15 +242,41 @@ class RewardModel(nn.Module):
         position_ids: torch.Tensor | None = None,
         buckets: list[dict[str, torch.Tensor]] | None = None,
         inverse: torch.Tensor | None = None,
+        shared: list[dict[str, torch.Tensor]] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """One padded batch, or length buckets (PairEncoder.pad_buckets): one backbone pass per bucket, the
-        features put back in row order, then the head once on all rows. Inside forward, so DDP and DeepSpeed
-        see a single forward per micro-batch."""
+        """One padded batch, length buckets (PairEncoder.pad_buckets) or pairs behind one copy of their prompt
+        (shared_prompt.pack_pairs; outputs: the chosen rows, then the rejected ones): one backbone pass per
+        bucket or chunk, the features put back in row order, then the head once on all rows. Inside forward,
+        so DDP and DeepSpeed see a single forward per micro-batch."""
+        if shared is not None:
+            parts = [self.shared_features(chunk) for chunk in shared]
+            side = [torch.cat([part[j] for part in parts])[inverse] for j in range(4)]
+            return self.score_features(torch.cat(side[:2]), torch.cat(side[2:]))
         if buckets is None:
             return self.score_features(*self.features(input_ids, attention_mask, prompt_index, position_ids))
         parts = [self.features(**b) for b in buckets]
         pooled = torch.cat([p for p, _ in parts])[inverse]
         return self.score_features(pooled, torch.cat([h for _, h in parts])[inverse])
+
+    @property
+    def shares_prompts(self) -> bool:
+        """Whether training may use the shared-prompt form (shared_prompt.py says when it applies)."""
+        return self.selected_last_layer and not self.spec.likelihood_features and self.spec.pooling == "last"
+
+    def shared_features(self, chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Raw head inputs of k pairs in the shared form (shared_prompt.pack_chunk): chosen and rejected
+        features (k, F) and their prompt's last states (k, H), what features() gives for the two padded rows."""
+        ids, mask, read = chunk["input_ids"], chunk["attention_mask"], chunk["read"]
+        rows = torch.arange(ids.shape[0], device=ids.device)[:, None]
+        kwargs: dict[str, Any] = {"position_ids": chunk["position_ids"], "use_cache": False}
+        with selected_last_layer(self.backbone, read, mask[:, 0][rows, read]):
+            states = self.backbone(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
+        chosen, rejected, prompt_chosen, prompt_rejected = states.unbind(dim=1)
+        if self.spec.embedding_features:
+            embedded = self.backbone.get_input_embeddings()(ids)
+            words = [mean_pool(embedded, chunk["response"][:, j]).to(chosen.dtype) for j in (0, 1)]
+            chosen, rejected = torch.cat([chosen, words[0]], dim=-1), torch.cat([rejected, words[1]], dim=-1)
+        return chosen, rejected, prompt_chosen, prompt_rejected
 
     @property
     def device(self) -> torch.device:

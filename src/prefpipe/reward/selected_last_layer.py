@@ -9,12 +9,12 @@ matmul work, i.e. most of 1 / num_layers of the backbone (~43% on the 2-layer sc
 model), in scoring and in training alike. transformers has no switch for it (its `logits_to_keep` trims only
 the LM head), hence this.
 
-How: `selected_last_layer(backbone, index, key_mask)` swaps the last decoder layer's `forward` for the
+How: `selected_last_layer(backbone, index, allowed)` swaps the last decoder layer's `forward` for the
 duration of one backbone call (no module is added or renamed, so state dicts, LoRA and checkpoints are
 unchanged); the call's `last_hidden_state` is then (N, S, H), the final-norm states at `index` (N, S). The
 layer's own submodules (norms, q/k/v/o projections, MLP) do the arithmetic, so LoRA adapters and any Linear
-variant apply as usual; attention is torch SDPA with an explicit mask: causal by index and the key padding
-mask. Only Llama-architecture layers are recognised (`supported`); anything else keeps the plain path. A
+variant apply as usual; attention is torch SDPA with the explicit mask the caller gives (causal by index and
+the key padding mask for plain rows, `causal_allowed`; the shared-prompt mask for `shared_prompt` rows). Only Llama-architecture layers are recognised (`supported`); anything else keeps the plain path. A
 test compares scores, losses and gradients with the plain path.
 """
 
@@ -66,9 +66,10 @@ def _forward_at(
     hidden: torch.Tensor,
     position_embeddings: tuple[torch.Tensor, torch.Tensor],
     index: torch.Tensor,
-    key_mask: torch.Tensor | None,
+    allowed: torch.Tensor,
 ) -> torch.Tensor:
-    """The Llama decoder layer's output at `index` (N, S) only: (N, S, H)."""
+    """The Llama decoder layer's output at `index` (N, S) only: (N, S, H); allowed (N, S, T): the keys each
+    of those queries may attend to."""
     attn = layer.self_attn
     n, length, _ = hidden.shape
     rows = torch.arange(n, device=hidden.device)[:, None]
@@ -81,10 +82,6 @@ def _forward_at(
     cos, sin = (t.expand(n, -1, -1) for t in position_embeddings)  # (N or 1, T, D) -> (N, T, D)
     q = q * cos[rows, index][:, None] + _rotate_half(q) * sin[rows, index][:, None]
     k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
-    keys = torch.arange(length, device=hidden.device)
-    allowed = keys[None, None, :] <= index[:, :, None]  # (N, S, T): causal by index
-    if key_mask is not None:
-        allowed = allowed & key_mask.bool()[:, None, :]
     dropout = attn.attention_dropout if attn.training else 0.0
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=attn.scaling,
@@ -94,12 +91,19 @@ def _forward_at(
     return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
+def causal_allowed(index: torch.Tensor, key_mask: torch.Tensor | None, length: int) -> torch.Tensor:
+    """(N, S, T) keys a query at `index` (N, S) sees in a causal padded row: earlier or equal positions that
+    are real tokens (key_mask (N, T), None: no padding)."""
+    keys = torch.arange(length, device=index.device)
+    allowed = keys[None, None, :] <= index[:, :, None]
+    return allowed if key_mask is None else allowed & key_mask.bool()[:, None, :]
+
+
 @contextmanager
-def selected_last_layer(
-    backbone: nn.Module, index: torch.Tensor, key_mask: torch.Tensor | None
-) -> Iterator[None]:
+def selected_last_layer(backbone: nn.Module, index: torch.Tensor, allowed: torch.Tensor) -> Iterator[None]:
     """Within the block, one backbone call returns the final states at `index` (N, S) only, as its
-    last_hidden_state (N, S, H). key_mask (N, T): 1 for real tokens (None: no padding)."""
+    last_hidden_state (N, S, H). allowed (N, S, T): the keys each of those queries attends to (the rows of
+    the call's attention mask at `index`; `causal_allowed` for plain padded rows)."""
     layer = last_layer(backbone)
     if layer is None:
         raise ValueError(f"{type(_core(backbone)).__name__}: last layer not supported for selected positions")
@@ -108,7 +112,7 @@ def selected_last_layer(
         embeddings = kwargs.get("position_embeddings")
         if embeddings is None:
             raise RuntimeError("selected_last_layer: the model did not pass position_embeddings")
-        return _forward_at(layer, hidden_states, embeddings, index, key_mask)
+        return _forward_at(layer, hidden_states, embeddings, index, allowed)
 
     layer.forward = forward  # instance attribute: shadows the class method for this call only
     try:

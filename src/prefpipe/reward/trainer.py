@@ -26,7 +26,7 @@ from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
-from prefpipe.reward import head_fit
+from prefpipe.reward import head_fit, shared_prompt
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
@@ -236,6 +236,20 @@ class RewardTrainer:
         return chosen, rejected, truncated_pairs
 
     # ------------------------------------------------------------------ loop
+    def _micro_batch(self, chosen: list[TokenizedRow], rejected: list[TokenizedRow]) -> dict[str, Any]:
+        """The model inputs of one micro-batch: chosen and rejected behind one copy of their prompt
+        (train.share_prompt, where the model and the rows allow it), else both rows in one forward; either
+        way in length-sorted chunks (train.length_buckets at most, cut where a pass saves more than
+        train.bucket_pass_cost padded tokens)."""
+        t = self.settings.train
+        if t.share_prompt and self.rm.shares_prompts:
+            shared = shared_prompt.pack_pairs(
+                chosen, rejected, self.rm.tokenizer.pad_token_id, t.length_buckets, t.bucket_pass_cost
+            )
+            if shared is not None:
+                return shared
+        return self.rm.encoder.pad_buckets(chosen + rejected, t.length_buckets, t.bucket_pass_cost)
+
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
         """One optimizer step (ga micro-batches per process); returns the reduced metrics row."""
         s, t, acc = self.settings, self.settings.train, self.acc
@@ -249,13 +263,7 @@ class RewardTrainer:
         for m in range(self.ga):
             micro = idx[m * t.micro_batch_size : (m + 1) * t.micro_batch_size]
             n = len(micro)
-            # chosen and rejected in one forward, in length-sorted chunks (train.length_buckets at most,
-            # cut where a pass saves more than train.bucket_pass_cost padded tokens)
-            batch = self.rm.encoder.pad_buckets(
-                [chosen[i] for i in micro] + [rejected[i] for i in micro],
-                t.length_buckets,
-                t.bucket_pass_cost,
-            )
+            batch = self._micro_batch([chosen[i] for i in micro], [rejected[i] for i in micro])
             with acc.accumulate(model):
                 out = model(**to_device(batch, acc.device))
                 parts = self.rm.head.training_loss(
