@@ -44,6 +44,28 @@ def close(a: torch.Tensor, b: torch.Tensor, what: str, rtol: float = 1e-5, atol:
     torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
 
 
+def outputs_loss_grads(rm, batch: dict, n: int) -> tuple[dict, torch.Tensor, dict]:
+    """Head outputs, per-pair losses and every parameter's gradient of one forward/backward on `batch`."""
+    rm.zero_grad(set_to_none=True)
+    out = rm(**batch)
+    loss = per_pair_loss(rm, out, n)
+    loss.mean().backward()
+    grads = {k: p.grad.clone() for k, p in rm.named_parameters() if p.grad is not None}
+    return {k: v.detach() for k, v in out.items()}, loss.detach(), grads
+
+
+def assert_same_outputs_loss_grads(fast: tuple, plain: tuple) -> None:
+    (out_f, loss_f, grad_f), (out_p, loss_p, grad_p) = fast, plain
+    assert out_f.keys() == out_p.keys()
+    for k in out_f:
+        close(out_f[k], out_p[k], k)
+    close(loss_f, loss_p, "per-pair loss")
+    assert grad_f.keys() == grad_p.keys() and len(grad_f) > 10
+    for k in grad_f:
+        # summation order differs (fewer rows in the last layer): gradients sum many terms
+        close(grad_f[k], grad_p[k], f"grad {k}", rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_outputs_losses_and_gradients_match_the_full_last_layer(gqa_base, head, side):
@@ -54,23 +76,9 @@ def test_outputs_losses_and_gradients_match_the_full_last_layer(gqa_base, head, 
     batch = rm.encoder.pad(chosen + rejected)
     assert (batch["attention_mask"] == 0).sum() > 50  # padding on both paths
 
-    def run():
-        rm.zero_grad(set_to_none=True)
-        out = rm(**batch)
-        loss = per_pair_loss(rm, out, n)
-        loss.mean().backward()
-        grads = {k: p.grad.clone() for k, p in rm.named_parameters() if p.grad is not None}
-        return {k: v.detach() for k, v in out.items()}, loss.detach(), grads
-
-    (out_f, loss_f, grad_f), (out_p, loss_p, grad_p) = both_paths(rm, run)
-    assert out_f.keys() == out_p.keys()
-    for k in out_f:
-        close(out_f[k], out_p[k], k)
-    close(loss_f, loss_p, "per-pair loss")
-    assert grad_f.keys() == grad_p.keys() and len(grad_f) > 10
-    for k in grad_f:
-        # summation order differs (fewer rows in the last layer): gradients sum many terms
-        close(grad_f[k], grad_p[k], f"grad {k}", rtol=1e-4, atol=1e-5)
+    fast, plain = both_paths(rm, lambda: outputs_loss_grads(rm, batch, n))
+    assert_same_outputs_loss_grads(fast, plain)
+    grad_f = fast[2]
     last = [k for k in grad_f if ".layers.2.mlp." in k]
     assert last and all(grad_f[k].abs().sum() > 0 for k in last)  # the last layer is trained, not skipped
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 from support.models import build_reward, save_tiny_base
-from test_reward_fast_paths import mixed_pairs, per_pair_loss, rows_of
-from test_reward_selected_last_layer import close
+from test_reward_fast_paths import mixed_pairs, rows_of
+from test_reward_selected_last_layer import assert_same_outputs_loss_grads, close, outputs_loss_grads
 
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.shared_prompt import pack_chunk, pack_pairs
@@ -41,23 +41,7 @@ def test_outputs_losses_and_gradients_match_the_padded_rows(tiny_base, head, wor
     padded = rm.encoder.pad(chosen + rejected)
     shared = shared_batch(rm, chosen, rejected)
 
-    def run(batch):
-        rm.zero_grad(set_to_none=True)
-        out = rm(**batch)
-        loss = per_pair_loss(rm, out, n)
-        loss.mean().backward()
-        grads = {k: p.grad.clone() for k, p in rm.named_parameters() if p.grad is not None}
-        return {k: v.detach() for k, v in out.items()}, loss.detach(), grads
-
-    out_s, loss_s, grad_s = run(shared)
-    out_p, loss_p, grad_p = run(padded)
-    assert out_s.keys() == out_p.keys()
-    for k in out_s:
-        close(out_s[k], out_p[k], k)
-    close(loss_s, loss_p, "per-pair loss")
-    assert grad_s.keys() == grad_p.keys() and len(grad_s) > 10
-    for k in grad_s:
-        close(grad_s[k], grad_p[k], f"grad {k}", rtol=1e-4, atol=1e-5)
+    assert_same_outputs_loss_grads(outputs_loss_grads(rm, shared, n), outputs_loss_grads(rm, padded, n))
 
 
 def test_each_token_sees_what_it_sees_in_its_own_row():

@@ -23,13 +23,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from prefpipe.reward.backbone import unwrap_peft
+
 SUPPORTED = ("llama",)
 FUSE_ELEMENTS_PER_STEP = 37_500  # fuse q/k/v and gate/up while a layer's weights < this x max_new_tokens
-
-
-def _base(model: torch.nn.Module) -> torch.nn.Module:
-    get = getattr(model, "get_base_model", None)
-    return get() if callable(get) else model
 
 
 def _effective_linear(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -55,10 +52,10 @@ class LeanLlama:
     """Decode steps over a preallocated cache for a batch of rows (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module, layers: list[dict], cfg) -> None:
-        core = _base(model).model
+        core = unwrap_peft(model).model
         self.embed = core.embed_tokens.weight
         self.norm = (core.norm.weight, core.norm.variance_epsilon)
-        self.head = _effective_linear(_base(model).lm_head)
+        self.head = _effective_linear(unwrap_peft(model).lm_head)
         self.rotary = core.rotary_emb
         self.layers = layers
         self.heads = cfg.num_attention_heads
@@ -69,7 +66,7 @@ class LeanLlama:
     @classmethod
     @torch.no_grad()
     def build(cls, model: torch.nn.Module, max_new_tokens: int) -> LeanLlama | None:
-        base = _base(model)
+        base = unwrap_peft(model)
         cfg = getattr(base, "config", None)
         if getattr(cfg, "model_type", None) not in SUPPORTED or getattr(cfg, "hidden_act", None) != "silu":
             return None

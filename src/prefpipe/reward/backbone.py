@@ -116,9 +116,15 @@ def max_positions(model_config: Any) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a peft wrapper (the model itself when it has none)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
 def accepts_position_ids(model: torch.nn.Module) -> bool:
     """Whether forward takes position_ids (then left padding gets mask-based positions)."""
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    target = unwrap_peft(model)
     return "position_ids" in inspect.signature(target.forward).parameters
 
 
@@ -144,7 +150,7 @@ def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    target = unwrap_peft(model)
     if not getattr(target, "supports_gradient_checkpointing", False):
         raise ConfigError(f"backbone.gradient_checkpointing: {type(target).__name__} does not support it")
     if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5.x name

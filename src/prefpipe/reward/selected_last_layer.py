@@ -14,8 +14,9 @@ duration of one backbone call (no module is added or renamed, so state dicts, Lo
 unchanged); the call's `last_hidden_state` is then (N, S, H), the final-norm states at `index` (N, S). The
 layer's own submodules (norms, q/k/v/o projections, MLP) do the arithmetic, so LoRA adapters and any Linear
 variant apply as usual; attention is torch SDPA with the explicit mask the caller gives (causal by index and
-the key padding mask for plain rows, `causal_allowed`; the shared-prompt mask for `shared_prompt` rows). Only Llama-architecture layers are recognised (`supported`); anything else keeps the plain path. A
-test compares scores, losses and gradients with the plain path.
+the key padding mask for plain rows, `causal_allowed`; the shared-prompt mask for `shared_prompt` rows). Only
+Llama-architecture layers are recognised (`last_layer`); anything else keeps the plain path. A test compares
+scores, losses and gradients with the plain path.
 """
 
 from __future__ import annotations
@@ -27,19 +28,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.llama.modeling_llama import rotate_half
+
+from prefpipe.reward.backbone import unwrap_peft
 
 SUPPORTED_LAYERS = ("LlamaDecoderLayer",)
 
 
-def _core(backbone: nn.Module) -> nn.Module:
-    """The transformers base model (the PeftModel's wrapped model for LoRA backbones)."""
-    get = getattr(backbone, "get_base_model", None)
-    return get() if callable(get) else backbone
-
-
 def last_layer(backbone: nn.Module) -> nn.Module | None:
     """The backbone's last decoder layer when its architecture is recognised, else None."""
-    core = _core(backbone)
+    core = unwrap_peft(backbone)
     layers = getattr(core, "layers", None)
     cfg = getattr(core, "config", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0 or cfg is None:
@@ -54,11 +52,6 @@ def last_layer(backbone: nn.Module) -> nn.Module | None:
     if attn is None or not all(hasattr(attn, name) for name in needed):
         return None
     return layer
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def _forward_at(
@@ -80,8 +73,8 @@ def _forward_at(
     k = attn.k_proj(normed).view(n, length, -1, d).transpose(1, 2)  # (N, kv heads, T, D)
     v = attn.v_proj(normed).view(n, length, -1, d).transpose(1, 2)
     cos, sin = (t.expand(n, -1, -1) for t in position_embeddings)  # (N or 1, T, D) -> (N, T, D)
-    q = q * cos[rows, index][:, None] + _rotate_half(q) * sin[rows, index][:, None]
-    k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
+    q = q * cos[rows, index][:, None] + rotate_half(q) * sin[rows, index][:, None]
+    k = k * cos[:, None] + rotate_half(k) * sin[:, None]
     dropout = attn.attention_dropout if attn.training else 0.0
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=attn.scaling,
@@ -106,7 +99,9 @@ def selected_last_layer(backbone: nn.Module, index: torch.Tensor, allowed: torch
     the call's attention mask at `index`; `causal_allowed` for plain padded rows)."""
     layer = last_layer(backbone)
     if layer is None:
-        raise ValueError(f"{type(_core(backbone)).__name__}: last layer not supported for selected positions")
+        raise ValueError(
+            f"{type(unwrap_peft(backbone)).__name__}: last layer not supported for selected positions"
+        )
 
     def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         embeddings = kwargs.get("position_embeddings")

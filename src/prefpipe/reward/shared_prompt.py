@@ -53,14 +53,17 @@ def pack_chunk(
     (k, 1, W, W) bool, read (k, 4) columns [chosen end, rejected end, chosen prompt end, rejected prompt end]
     and response (k, 2, W) bool: the chosen / rejected response tokens (what embedding features average)."""
     k = len(chosen)
-    width = max(_packed_length(c, r) for c, r in zip(chosen, rejected, strict=True))
+    shared = [shared_length(c, r) for c, r in zip(chosen, rejected, strict=True)]
+    width = max(
+        len(c.input_ids) + len(r.input_ids) - q for c, r, q in zip(chosen, rejected, shared, strict=True)
+    )
     ids = torch.full((k, width), pad_id, dtype=torch.long)
     pos = torch.zeros((k, width), dtype=torch.long)
     segment = torch.full((k, width), -1, dtype=torch.long)  # 0 shared, 1 chosen, 2 rejected, -1 padding
     read = torch.empty((k, 4), dtype=torch.long)
     response = torch.zeros((k, 2, width), dtype=torch.bool)
-    for i, (c, r) in enumerate(zip(chosen, rejected, strict=True)):
-        q, nc, nr = shared_length(c, r), len(c.input_ids), len(r.input_ids)
+    for i, (c, r, q) in enumerate(zip(chosen, rejected, shared, strict=True)):
+        nc, nr = len(c.input_ids), len(r.input_ids)
         ids[i, :nc] = torch.tensor(c.input_ids, dtype=torch.long)
         ids[i, nc : nc + nr - q] = torch.tensor(r.input_ids[q:], dtype=torch.long)
         pos[i, :nc] = torch.arange(nc)

@@ -237,17 +237,15 @@ class RewardTrainer:
 
     # ------------------------------------------------------------------ loop
     def _micro_batch(self, chosen: list[TokenizedRow], rejected: list[TokenizedRow]) -> dict[str, Any]:
-        """The model inputs of one micro-batch: chosen and rejected behind one copy of their prompt
-        (train.share_prompt, where the model and the rows allow it), else both rows in one forward; either
-        way in length-sorted chunks (train.length_buckets at most, cut where a pass saves more than
+        """The model inputs of one micro-batch: chosen and rejected behind one copy of their shared start
+        (train.share_prompt, where the model allows it), else both rows in one forward; either way in
+        length-sorted chunks (train.length_buckets at most, cut where a pass saves more than
         train.bucket_pass_cost padded tokens)."""
         t = self.settings.train
         if t.share_prompt and self.rm.shares_prompts:
-            shared = shared_prompt.pack_pairs(
+            return shared_prompt.pack_pairs(
                 chosen, rejected, self.rm.tokenizer.pad_token_id, t.length_buckets, t.bucket_pass_cost
             )
-            if shared is not None:
-                return shared
         return self.rm.encoder.pad_buckets(chosen + rejected, t.length_buckets, t.bucket_pass_cost)
 
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
