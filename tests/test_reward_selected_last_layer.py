@@ -62,8 +62,7 @@ def assert_same_outputs_loss_grads(fast: tuple, plain: tuple) -> None:
     close(loss_f, loss_p, "per-pair loss")
     assert grad_f.keys() == grad_p.keys() and len(grad_f) > 10
     for k in grad_f:
-        # summation order differs (fewer rows in the last layer): gradients sum many terms
-        close(grad_f[k], grad_p[k], f"grad {k}", rtol=1e-4, atol=1e-5)
+        close(grad_f[k], grad_p[k], f"grad {k}")
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -71,6 +70,7 @@ def assert_same_outputs_loss_grads(fast: tuple, plain: tuple) -> None:
 def test_outputs_losses_and_gradients_match_the_full_last_layer(gqa_base, head, side):
     rm, _ = build_reward(gqa_base, head, data={"padding_side": side})
     rm.eval()  # deterministic head (the Bayesian head samples in train mode)
+    rm.double()  # float64: the two forms sum in different orders, and float32 noise differs by CPU kernel
     chosen, rejected = rows_of(rm, mixed_pairs())
     n = len(chosen)
     batch = rm.encoder.pad(chosen + rejected)
