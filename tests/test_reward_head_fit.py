@@ -1,8 +1,11 @@
 """Head fitting on cached features (train.head_fit) against independent computations: the loss it reports is the
 loss of the model's own forward pass, and on a convex case (a BT head on fixed features = logistic regression
-on feature differences) full-batch fitting lowers the loss monotonically to the L-BFGS optimum."""
+on feature differences) full-batch fitting lowers the loss monotonically to the L-BFGS optimum; the cosine
+schedule is Adam at the half-cosine learning rates."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -77,8 +80,40 @@ def test_full_batch_fitting_of_a_bt_head_descends_to_the_logistic_regression_opt
     lbfgs.step(closure)
     optimum = float(closure())
 
-    metrics = head_fit.fit_head(rm, settings.head, feats, 1000, 1e-2, step=0)
+    metrics = head_fit.fit_head(rm, settings.head, feats, 1000, 1e-2, step=0, schedule="constant")
     losses = [*metrics["loss_trace"], metrics["loss_end"]]  # every 100 steps, then the final loss
     assert all(b <= a + 1e-5 for a, b in zip(losses, losses[1:], strict=False)), losses  # float32 at the end
     assert losses[0] > optimum + 0.1  # it had something to descend
     assert metrics["loss_end"] == pytest.approx(optimum, abs=2e-3), (losses, optimum)
+
+
+def test_the_cosine_schedule_is_adam_at_half_cosine_learning_rates(tiny_base):
+    """schedule cosine == an independent Adam loop whose step i uses lr * (1 + cos(pi i / steps)) / 2 (the last
+    step near 0), starting from the same head on the same features; constant differs from it."""
+    rm, settings = build_reward(tiny_base, "gpm")
+    g = torch.Generator().manual_seed(3)
+    n, width = 24, rm.spec.head_input_size
+    feats = CachedFeatures(
+        torch.randn(2 * n, width, generator=g), torch.randn(2 * n, rm.spec.hidden_size, generator=g)
+    )
+    rm.head.input_norm.fit(feats.pooled)
+    start = {k: v.clone() for k, v in rm.head.state_dict().items()}
+    steps, lr = 40, 1e-2
+
+    params = [p for p in rm.head.parameters() if p.requires_grad]
+    adam = torch.optim.Adam(params, lr=lr)
+    rm.head.train()
+    for i in range(steps):
+        for group in adam.param_groups:
+            group["lr"] = lr * (1 + math.cos(math.pi * i / steps)) / 2
+        adam.zero_grad(set_to_none=True)
+        head_fit.pair_loss(rm, settings.head, feats, 0).loss.backward()
+        adam.step()
+    expected = {k: v.clone() for k, v in rm.head.state_dict().items()}
+
+    for schedule in ("cosine", "constant"):
+        rm.head.load_state_dict(start)
+        head_fit.fit_head(rm, settings.head, feats, steps, lr, step=0, schedule=schedule)
+        got = rm.head.state_dict()
+        same = all(torch.allclose(got[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected)
+        assert same == (schedule == "cosine"), schedule

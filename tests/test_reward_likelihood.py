@@ -107,3 +107,34 @@ def test_auto_is_on_for_a_tied_decoder_and_off_for_an_untied_one_or_lora(tied_ba
         tied_base, "gpm", lora={"enabled": True, "target_modules": ["q_proj"]}, **auto
     )
     assert not with_lora.spec.likelihood_features
+
+
+@pytest.mark.parametrize("head", ["bt", "gpm", "bgpm"])
+def test_cached_summaries_give_what_the_frozen_model_computes(tied_base, head):
+    """cache_likelihood fixes one summary per row (computed in length-sorted batches); head outputs from the
+    cached rows equal those computed with the frozen model on the batch, to float tolerance."""
+    rm, _ = build_reward(tied_base, head, **ON)
+    rm.eval()
+    rows = rm.encoder.tokenize_many(PROMPTS * 3, RESPONSES * 3)
+    plain = rm.encoder.pad(rows)
+    assert "likelihood_stats" not in plain
+    rm.cache_likelihood(rows, batch_size=5)
+    cached = rm.encoder.pad(rows)
+    with torch.no_grad():
+        expected = likelihood.response_stats(
+            rm.likelihood_model, plain["input_ids"], plain["attention_mask"], plain["prompt_index"], {}
+        )
+        torch.testing.assert_close(cached["likelihood_stats"], expected, rtol=1e-5, atol=1e-5)
+        got, want = rm(**cached), rm(**plain)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5)
+    rows[0].likelihood = None
+    with pytest.raises(ValueError, match="mix cached and uncached"):
+        rm.encoder.pad(rows)
+
+
+def test_models_without_likelihood_features_cache_nothing(tied_base):
+    rm, _ = build_reward(tied_base, "gpm", backbone={"likelihood_features": False})
+    rows = rm.encoder.tokenize_many(PROMPTS, RESPONSES)
+    rm.cache_likelihood(rows, batch_size=2)
+    assert all(r.likelihood is None for r in rows) and "likelihood_stats" not in rm.encoder.pad(rows)

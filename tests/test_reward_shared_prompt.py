@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.models import build_reward, save_tiny_base
+from support.models import build_reward, save_tiny_base, save_tiny_tied_base
 from test_reward_fast_paths import mixed_pairs, rows_of
 from test_reward_selected_last_layer import assert_same_outputs_loss_grads, close, outputs_loss_grads
 
@@ -30,15 +30,27 @@ def shared_batch(rm, chosen, rejected, chunks: int = 3):
     return batch
 
 
+@pytest.fixture(scope="module")
+def tied_base(tmp_path_factory):
+    return save_tiny_tied_base(tmp_path_factory.mktemp("shared_prompt_tied_base"))
+
+
 @pytest.mark.parametrize("head", HEADS)
-@pytest.mark.parametrize("words", [False, True])
-def test_outputs_losses_and_gradients_match_the_padded_rows(tiny_base, head, words):
-    rm, _ = build_reward(tiny_base, head, backbone={"embedding_features": words})
+@pytest.mark.parametrize("features", ["hidden", "words", "words+likelihood"])
+def test_outputs_losses_and_gradients_match_the_padded_rows(tiny_base, tied_base, head, features):
+    """Likelihood features read each row's cached summary in both forms (the trainer caches them)."""
+    with_likelihood = features == "words+likelihood"
+    backbone = {"embedding_features": features != "hidden", "likelihood_features": with_likelihood}
+    rm, _ = build_reward(tied_base if with_likelihood else tiny_base, head, backbone=backbone)
     assert rm.shares_prompts
     rm.eval()  # deterministic head
     rm.double()  # float64: the two forms sum in different orders, and float32 noise differs by CPU kernel
     chosen, rejected = rows_of(rm, mixed_pairs())
     n = len(chosen)
+    if with_likelihood:
+        with pytest.raises(ValueError, match="cached likelihood"):
+            rm(**shared_batch(rm, chosen, rejected))
+        rm.cache_likelihood(chosen + rejected, batch_size=8)
     padded = rm.encoder.pad(chosen + rejected)
     shared = shared_batch(rm, chosen, rejected)
 
@@ -93,20 +105,25 @@ def test_pairs_without_a_shared_start_and_unfit_models(tiny_base):
     assert not rm_mean.shares_prompts
 
 
-@pytest.mark.parametrize("head", ["bt", "gpm"])
-def test_training_runs_agree_with_and_without_the_shared_prompt(tiny_base, tmp_path, head):
+@pytest.mark.parametrize(("head", "with_likelihood"), [("bt", False), ("gpm", False), ("gpm", True)])
+def test_training_runs_agree_with_and_without_the_shared_prompt(
+    tiny_base, tied_base, tmp_path, head, with_likelihood
+):
     pairs = mixed_pairs(16)
     losses = {}
     for share in (True, False):
         rm, settings = build_reward(
-            tiny_base,
+            tied_base if with_likelihood else tiny_base,
             head,
+            backbone={"likelihood_features": with_likelihood},
             # a small learning rate: Adam turns float rounding into visible loss changes on a chaotic run
             train={"steps": 4, "batch_size": 8, "micro_batch_size": 4, "share_prompt": share,
                    "learning_rate": 1e-4, "head_learning_rate": 1e-4, "head_fit": {"after_steps": 0}},
         )  # fmt: skip
         trainer = RewardTrainer(rm, settings, pairs, tmp_path / f"run_{share}")
-        assert (trainer._micro_batch(*rows_of(rm, pairs[:4])).get("shared") is not None) == share
+        rows = rows_of(rm, pairs[:4])
+        rm.cache_likelihood(rows[0] + rows[1], batch_size=4)  # what train() does
+        assert (trainer._micro_batch(*rows).get("shared") is not None) == share
         result = trainer.train()
         losses[share] = torch.tensor([row["loss"] for row in result.history])
     close(losses[True], losses[False], "training losses", rtol=1e-4, atol=1e-5)

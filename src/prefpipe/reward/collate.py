@@ -25,6 +25,21 @@ class TokenizedRow:
     input_ids: list[int]
     prompt_len: int  # tokens up to and including the last prompt token (>= 1)
     cut: str = ""  # what truncation removed: "" | "prompt" | "response"
+    # The frozen likelihood model's response summary (likelihood.WIDTH floats), computed once per row in
+    # training (likelihood.cache_rows); None: features() computes it with the backbone pass.
+    likelihood: tuple[float, ...] | None = None
+
+
+def cached_likelihood(rows: list[TokenizedRow]) -> torch.Tensor | None:
+    """(N, WIDTH) float32 of the rows' cached likelihood summaries, or None when they carry none."""
+    missing = sum(r.likelihood is None for r in rows)
+    if missing == len(rows):
+        return None
+    if missing:
+        raise ValueError(
+            f"rows mix cached and uncached likelihood summaries ({missing} of {len(rows)} uncached)"
+        )
+    return torch.tensor([r.likelihood for r in rows], dtype=torch.float32)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -181,9 +196,13 @@ class PairEncoder:
             ids[i, start : start + n] = torch.tensor(row.input_ids, dtype=torch.long)
             mask[i, start : start + n] = 1
             prompt_index[i] = start + row.prompt_len - 1
-        return {
+        batch = {
             "input_ids": ids,
             "attention_mask": mask,
             "position_ids": position_ids_from_mask(mask),
             "prompt_index": prompt_index,
         }
+        cached = cached_likelihood(rows)
+        if cached is not None:
+            batch["likelihood_stats"] = cached
+        return batch

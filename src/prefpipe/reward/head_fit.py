@@ -83,14 +83,19 @@ def fit_head(
     steps: int,
     learning_rate: float,
     step: int,
+    schedule: str,
 ) -> dict[str, Any]:
-    """`steps` full-batch Adam steps on the head's parameters (the backbone is not touched); returns the
-    eval-mode loss and pair accuracy on the cached pairs before and after, and the time taken."""
+    """`steps` full-batch Adam steps on the head's parameters (the backbone is not touched), at a constant
+    learning rate or one that decays to 0 along a cosine (`schedule`); returns the eval-mode loss and pair
+    accuracy on the cached pairs before and after, and the time taken."""
     t0 = time.time()
     was_training = rm.head.training
     loss0, acc0 = _evaluate(rm, settings, feats, step)
     params = [p for p in rm.head.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=learning_rate)
+    decay = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) if schedule == "cosine" else None
+    )
     rm.head.train()
     trace, every = [], max(1, steps // 10)
     for i in range(steps):
@@ -100,6 +105,8 @@ def fit_head(
         optimizer.zero_grad(set_to_none=True)
         parts.loss.backward()
         optimizer.step()
+        if decay is not None:
+            decay.step()
     loss1, acc1 = _evaluate(rm, settings, feats, step)
     rm.head.train(was_training)
     return {
@@ -132,7 +139,8 @@ def fit_stage(
     seconds = round(time.time() - t0, 3)
     if standardize:
         rm.head.input_norm.fit(feats.pooled)
-    metrics = fit_head(rm, settings.head, feats, steps, settings.train.head_fit.learning_rate, step)
+    fit = settings.train.head_fit
+    metrics = fit_head(rm, settings.head, feats, steps, fit.learning_rate, step, fit.schedule)
     metrics["feature_seconds"] = seconds
     log.info(
         "head fit %s: %d full-batch steps on %d pairs, loss %.4f -> %.4f, accuracy %.3f -> %.3f "

@@ -27,7 +27,7 @@ from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
 from prefpipe.reward.batching import plan_batches
-from prefpipe.reward.collate import PairEncoder
+from prefpipe.reward.collate import PairEncoder, TokenizedRow
 from prefpipe.reward.heads import RewardHead, build_head
 from prefpipe.reward.pooling import (
     first_token_index,
@@ -176,18 +176,16 @@ class RewardModel(nn.Module):
         attention_mask: torch.Tensor | None,
         prompt_index: torch.Tensor,
         position_ids: torch.Tensor | None = None,
+        likelihood_stats: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The head's raw inputs: response features (N, head_input_size), before standardisation, and the
         prompt's last state (N, H). With embedding_features the response features go on with the mean of the
         response tokens' input embeddings, which carries the reply's content independently of its wording; with
         likelihood_features they end with the mean and minimum log-prob of the response tokens under the frozen
-        starting backbone's tied LM head (`prefpipe.reward.likelihood`). attention_mask None means no padding:
-        the backbone gets no mask (SDPA's causal fast path)."""
-        kwargs: dict[str, Any] = {}
-        if position_ids is not None and self._uses_position_ids:
-            kwargs["position_ids"] = position_ids
-        if self._no_cache:
-            kwargs["use_cache"] = False
+        starting backbone's tied LM head (`prefpipe.reward.likelihood`): `likelihood_stats` (N, WIDTH) when the rows'
+        summaries were cached (training), else computed here. attention_mask None means no padding: the
+        backbone gets no mask (SDPA's causal fast path)."""
+        kwargs = self._backbone_kwargs(position_ids)
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         index = self._read_positions(mask, prompt_index)
         if index is not None:  # the last layer runs at the pooled and the prompt positions only
@@ -207,11 +205,44 @@ class RewardModel(nn.Module):
             words = mean_pool(embedded, response_mask(attention_mask, prompt_index))
             pooled = torch.cat([pooled, words.to(pooled.dtype)], dim=-1)
         if self.spec.likelihood_features:
-            stats = likelihood.response_stats(
-                self.likelihood_model, input_ids, attention_mask, prompt_index, kwargs
-            )
-            pooled = torch.cat([pooled, stats.to(pooled.dtype)], dim=-1)
+            stats = likelihood_stats
+            if stats is None:
+                stats = likelihood.response_stats(
+                    self.likelihood_model, input_ids, attention_mask, prompt_index, kwargs
+                )
+            pooled = torch.cat([pooled, stats.to(pooled.device, pooled.dtype)], dim=-1)
         return pooled, h_prompt
+
+    def _backbone_kwargs(self, position_ids: torch.Tensor | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if position_ids is not None and self._uses_position_ids:
+            kwargs["position_ids"] = position_ids
+        if self._no_cache:
+            kwargs["use_cache"] = False
+        return kwargs
+
+    @torch.no_grad()
+    def cache_likelihood(self, rows: list[TokenizedRow], batch_size: int) -> None:
+        """Set each row's likelihood summary once (likelihood_features; nothing otherwise): the frozen model
+        gives the same summary at every step, so training steps, the shared-prompt form and the head fits read
+        it instead of running the frozen model on every micro-batch. Rows go sorted by length in batches of
+        `batch_size`; a row's summary depends on the row alone up to float rounding (its padded width moves the
+        last bits), and the cache fixes one value per row."""
+        if not self.spec.likelihood_features:
+            return
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
+        for start in range(0, len(order), batch_size):
+            chunk = [rows[i] for i in order[start : start + batch_size]]
+            batch = {k: v.to(self.device) for k, v in self.encoder.pad(chunk).items()}
+            stats = likelihood.response_stats(
+                self.likelihood_model,
+                batch["input_ids"],
+                batch["attention_mask"],
+                batch["prompt_index"],
+                self._backbone_kwargs(batch["position_ids"]),
+            )
+            for row, values in zip(chunk, stats.float().cpu().tolist(), strict=True):
+                row.likelihood = tuple(values)
 
     def _read_positions(
         self, attention_mask: torch.Tensor, prompt_index: torch.Tensor
@@ -243,6 +274,7 @@ class RewardModel(nn.Module):
         buckets: list[dict[str, torch.Tensor]] | None = None,
         inverse: torch.Tensor | None = None,
         shared: list[dict[str, torch.Tensor]] | None = None,
+        likelihood_stats: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """One padded batch, length buckets (PairEncoder.pad_buckets) or pairs behind one copy of their prompt
         (shared_prompt.pack_pairs; outputs: the chosen rows, then the rejected ones): one backbone pass per
@@ -253,7 +285,9 @@ class RewardModel(nn.Module):
             side = [torch.cat([part[j] for part in parts])[inverse] for j in range(4)]
             return self.score_features(torch.cat(side[:2]), torch.cat(side[2:]))
         if buckets is None:
-            return self.score_features(*self.features(input_ids, attention_mask, prompt_index, position_ids))
+            return self.score_features(
+                *self.features(input_ids, attention_mask, prompt_index, position_ids, likelihood_stats)
+            )
         parts = [self.features(**b) for b in buckets]
         pooled = torch.cat([p for p, _ in parts])[inverse]
         return self.score_features(pooled, torch.cat([h for _, h in parts])[inverse])
@@ -261,7 +295,7 @@ class RewardModel(nn.Module):
     @property
     def shares_prompts(self) -> bool:
         """Whether training may use the shared-prompt form (shared_prompt.py says when it applies)."""
-        return self.selected_last_layer and not self.spec.likelihood_features and self.spec.pooling == "last"
+        return self.selected_last_layer and self.spec.pooling == "last"
 
     def shared_features(self, chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Raw head inputs of k pairs in the shared form (shared_prompt.pack_chunk): chosen and rejected
@@ -276,6 +310,14 @@ class RewardModel(nn.Module):
             embedded = self.backbone.get_input_embeddings()(ids)
             words = [mean_pool(embedded, chunk["response"][:, j]).to(chosen.dtype) for j in (0, 1)]
             chosen, rejected = torch.cat([chosen, words[0]], dim=-1), torch.cat([rejected, words[1]], dim=-1)
+        if self.spec.likelihood_features:  # cached per row: the shared form cannot score the responses
+            if "likelihood_stats" not in chunk:
+                raise ValueError("the shared-prompt form needs the rows' cached likelihood summaries")
+            stats = chunk["likelihood_stats"].to(chosen.dtype)
+            chosen, rejected = (
+                torch.cat([chosen, stats[:, 0]], dim=-1),
+                torch.cat([rejected, stats[:, 1]], dim=-1),
+            )
         return chosen, rejected, prompt_chosen, prompt_rejected
 
     @property

@@ -15,9 +15,10 @@ its own row's later tokens causally, never the other row's. Padding after the se
 runs only there (`selected_last_layer`, which also makes this Llama-only). Embedding features average each
 row's own response tokens.
 
-It applies to every pair (with nothing shared it is the two rows side by side); a model with likelihood
-features (their log-probs would need each response's first token scored from its own prompt end), another
-pooling than the last token or an architecture `selected_last_layer` does not know keeps the padded rows.
+It applies to every pair (with nothing shared it is the two rows side by side). Likelihood features come from
+the rows' cached summaries (`likelihood.cache_rows`: the frozen model's log-probs would need each response's
+first token scored from its own prompt end, so they are not computed here); another pooling than the last
+token or an architecture `selected_last_layer` does not know keeps the padded rows.
 Pairs are sorted by packed length and cut into chunks as the length buckets are (`collate.chunk_bounds`).
 Tests compare outputs, losses and gradients with the padded rows.
 """
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from prefpipe.reward.collate import TokenizedRow, chunk_bounds
+from prefpipe.reward.collate import TokenizedRow, cached_likelihood, chunk_bounds
 
 
 def shared_length(chosen: TokenizedRow, rejected: TokenizedRow) -> int:
@@ -51,7 +52,8 @@ def pack_chunk(
     """k pairs as k sequences [shared start][rest of chosen][rest of rejected], right padded to the longest:
     input_ids and position_ids (k, W; a token's position is its index in its own row), attention_mask
     (k, 1, W, W) bool, read (k, 4) columns [chosen end, rejected end, chosen prompt end, rejected prompt end]
-    and response (k, 2, W) bool: the chosen / rejected response tokens (what embedding features average)."""
+    and response (k, 2, W) bool: the chosen / rejected response tokens (what embedding features average); with
+    rows that carry cached likelihood summaries, likelihood_stats (k, 2, WIDTH)."""
     k = len(chosen)
     shared = [shared_length(c, r) for c, r in zip(chosen, rejected, strict=True)]
     width = max(
@@ -83,8 +85,12 @@ def pack_chunk(
     real = segment >= 0
     allowed = (shared_key | own) & real[:, :, None] & real[:, None, :]
     allowed |= torch.eye(width, dtype=torch.bool)[None]  # padding rows see themselves (no fully masked row)
-    return {"input_ids": ids, "position_ids": pos, "attention_mask": allowed[:, None], "read": read,
-            "response": response}  # fmt: skip
+    chunk = {"input_ids": ids, "position_ids": pos, "attention_mask": allowed[:, None], "read": read,
+             "response": response}  # fmt: skip
+    cached = [cached_likelihood(rows) for rows in (chosen, rejected)]
+    if cached[0] is not None and cached[1] is not None:
+        chunk["likelihood_stats"] = torch.stack(cached, dim=1)  # (k, 2, WIDTH): chosen, rejected
+    return chunk
 
 
 def pack_pairs(

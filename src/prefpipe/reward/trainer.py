@@ -238,11 +238,12 @@ class RewardTrainer:
     # ------------------------------------------------------------------ loop
     def _micro_batch(self, chosen: list[TokenizedRow], rejected: list[TokenizedRow]) -> dict[str, Any]:
         """The model inputs of one micro-batch: chosen and rejected behind one copy of their shared start
-        (train.share_prompt, where the model allows it), else both rows in one forward; either way in
-        length-sorted chunks (train.length_buckets at most, cut where a pass saves more than
-        train.bucket_pass_cost padded tokens)."""
+        (train.share_prompt, where the model allows it and likelihood summaries, if used, are cached), else
+        both rows in one forward; either way in length-sorted chunks (train.length_buckets at most, cut where
+        a pass saves more than train.bucket_pass_cost padded tokens)."""
         t = self.settings.train
-        if t.share_prompt and self.rm.shares_prompts:
+        uncached = self.rm.spec.likelihood_features and chosen[0].likelihood is None
+        if t.share_prompt and self.rm.shares_prompts and not uncached:
             return shared_prompt.pack_pairs(
                 chosen, rejected, self.rm.tokenizer.pad_token_id, t.length_buckets, t.bucket_pass_cost
             )
@@ -371,6 +372,8 @@ class RewardTrainer:
         self.acc, self.ga = self._given_accelerator or make_accelerator(s)
         set_seed(s.seed, device_specific=True)  # distinct sampling/dropout noise per process, reproducible
         chosen, rejected, truncated_pairs = self._tokenize()
+        if self.acc.distributed_type != DistributedType.DEEPSPEED:  # ZeRO-3 partitions the frozen model too
+            self.rm.cache_likelihood(chosen + rejected, t.micro_batch_size)
         half = deepspeed_param_dtype(self.acc)
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)

@@ -77,6 +77,7 @@ class HeadFitSettings:
     before_steps: int  # head steps before fine-tuning (0 = none)
     after_steps: int  # head steps on the final backbone's features (0 = none)
     learning_rate: float
+    schedule: str  # constant | cosine (decays to 0 over the steps)
 
 
 @dataclass
