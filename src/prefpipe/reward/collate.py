@@ -26,7 +26,7 @@ class TokenizedRow:
     prompt_len: int  # tokens up to and including the last prompt token (>= 1)
     cut: str = ""  # what truncation removed: "" | "prompt" | "response"
     # The frozen likelihood model's response summary (likelihood.WIDTH floats), computed once per row in
-    # training (likelihood.cache_rows); None: features() computes it with the backbone pass.
+    # training (RewardModel.cache_likelihood); None: features() computes it with the backbone pass.
     likelihood: tuple[float, ...] | None = None
 
 

@@ -16,7 +16,7 @@ runs only there (`selected_last_layer`, which also makes this Llama-only). Embed
 row's own response tokens.
 
 It applies to every pair (with nothing shared it is the two rows side by side). Likelihood features come from
-the rows' cached summaries (`likelihood.cache_rows`: the frozen model's log-probs would need each response's
+the rows' cached summaries (`RewardModel.cache_likelihood`: the frozen model's log-probs would need each response's
 first token scored from its own prompt end, so they are not computed here); another pooling than the last
 token or an architecture `selected_last_layer` does not know keeps the padded rows.
 Pairs are sorted by packed length and cut into chunks as the length buckets are (`collate.chunk_bounds`).
