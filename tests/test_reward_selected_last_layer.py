@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.models import _llama_config, build_reward, pair_tokenizer
+from support.models import _llama_config, build_reward, lora_reward, pair_tokenizer, save_gqa_base
 from test_reward_fast_paths import mixed_pairs, per_pair_loss, rows_of
 from transformers import LlamaModel
 
@@ -19,13 +19,7 @@ HEADS = ("bt", "gpm", "bgpm")
 
 @pytest.fixture(scope="module")
 def gqa_base(tmp_path_factory):
-    """A 3-layer Llama with 4 query heads over 2 key/value heads (the layer's GQA branch)."""
-    folder = tmp_path_factory.mktemp("selected_last_layer_base")
-    tok = pair_tokenizer()
-    torch.manual_seed(0)
-    LlamaModel(_llama_config(tok, 32, 3, 4, 2, 128)).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_gqa_base(tmp_path_factory.mktemp("selected_last_layer_base"))
 
 
 def both_paths(rm, fn):
@@ -83,16 +77,23 @@ def test_outputs_losses_and_gradients_match_the_full_last_layer(gqa_base, head, 
     assert last and all(grad_f[k].abs().sum() > 0 for k in last)  # the last layer is trained, not skipped
 
 
-def test_equal_lengths_run_without_a_mask(gqa_base):
-    rm, _ = build_reward(gqa_base, "gpm")
-    rm.eval()
+def equal_length_batch(rm) -> dict:
+    """pad() of the largest group of mixed_pairs() rows that share one length: a batch without padding."""
     chosen, rejected = rows_of(rm, mixed_pairs())
     by_length: dict[int, list] = {}
     for row in chosen + rejected:
         by_length.setdefault(len(row.input_ids), []).append(row)
-    rows = max(by_length.values(), key=len)  # rows of one length: pad() adds no padding
+    rows = max(by_length.values(), key=len)
     assert len(rows) >= 2
     batch = rm.encoder.pad(rows)
+    assert batch["attention_mask"].all()
+    return batch
+
+
+def test_equal_lengths_run_without_a_mask(gqa_base):
+    rm, _ = build_reward(gqa_base, "gpm")
+    rm.eval()
+    batch = equal_length_batch(rm)
     ids, prompt_index = batch["input_ids"], batch["prompt_index"]
     with torch.no_grad():
         fast, plain = both_paths(rm, lambda: rm.features(ids, None, prompt_index))
@@ -101,12 +102,7 @@ def test_equal_lengths_run_without_a_mask(gqa_base):
 
 
 def test_lora_and_first_token_pooling(gqa_base):
-    lora = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
-    rm, _ = build_reward(gqa_base, "gpm", lora=lora, backbone={"pooling": "first"})
-    with torch.no_grad():  # LoRA B starts at zero: give the adapters an effect
-        for name, p in rm.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1)
+    rm, _ = lora_reward(gqa_base, "gpm", backbone={"pooling": "first"})
     rm.eval()
     chosen, rejected = rows_of(rm, mixed_pairs(6))
     batch = rm.encoder.pad(chosen + rejected)

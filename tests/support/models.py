@@ -138,6 +138,28 @@ def save_tiny_base(folder: Path, pad: bool = True, hidden: int = 32, seed: int =
     return folder
 
 
+def save_gqa_base(folder: Path, seed: int = 0) -> Path:
+    """A 3-layer Llama backbone with 4 query heads over 2 key/value heads (grouped-query attention) +
+    `pair_tokenizer`, saved as an HF folder."""
+    tok = pair_tokenizer()
+    torch.manual_seed(seed)
+    LlamaModel(_llama_config(tok, 32, 3, 4, 2, 128)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def lora_reward(base: Path | str, head: str = "gpm", /, **overrides):
+    """build_reward with LoRA adapters (r 4) whose B matrices are random, so the adapters change outputs
+    (LoRA B starts at zero)."""
+    lora = {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0}
+    rm, settings = build_reward(base, head, lora=lora, **overrides)
+    with torch.no_grad():
+        for name, p in rm.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return rm, settings
+
+
 def save_tiny_tied_base(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
     """A 2-layer causal Llama whose output layer is its input embeddings (what backbone.likelihood_features
     needs) + `pair_tokenizer`, saved as an HF folder."""

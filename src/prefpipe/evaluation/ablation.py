@@ -234,8 +234,8 @@ def _pts(value: float, interval: list[float]) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """summary.md: per protocol (the saved heads; the heads as fine-tuned, when scored) the variants'
-    overall scores, one row per contrast with every item, and a line on which fix matters most."""
+    """summary.md: per protocol (the heads as fine-tuned, when scored, first; then the saved heads) the
+    variants' overall scores, one row per contrast with every item, and a line on which fix matters most."""
     conf = round(100 * summary["confidence"])
     lines = [
         f"# Bayesian GPM ablation on {summary['benchmark']} ({summary['n_pairs']} pairs)",
@@ -245,9 +245,11 @@ def markdown(summary: dict[str, Any]) -> str:
         f"{summary['reference']} vs {summary['reference']} without the fix (sign flipped, so > 0 means the fix "
         "helps). Verdict: matters (interval above 0), neutral (contains 0), hurts (below 0).",
     ]
+    # the heads as fine-tuned first: they are what the verdicts are read on (the refit can rescue a collapsed
+    # fine-tuning run, README "Two ablation protocols"); the saved models follow
     protocols = [("Saved models (after the head refit)", summary)]
     if AS_FINETUNED in summary:
-        protocols.append(("As fine-tuned (each head before the refit)", summary[AS_FINETUNED]))
+        protocols.insert(0, ("As fine-tuned (each head before the refit)", summary[AS_FINETUNED]))
     for title, block in protocols:
         lines += ["", f"## {title}", "", _overall_line(summary, block), ""]
         lines += _fix_table(summary["items"], block)

@@ -17,6 +17,7 @@ import torch
 
 from prefpipe.common.chat import format_pair, format_pairs, format_prompt, has_chat_template
 from prefpipe.common.config import ConfigError
+from prefpipe.common.token_ids import token_ids
 from prefpipe.reward.pooling import position_ids_from_mask
 
 
@@ -163,17 +164,17 @@ class PairEncoder:
 
     def tokenize_batch(self, prompts: list[str], responses: list[str]) -> list[TokenizedRow]:
         """tokenize() for many rows at once: each distinct prompt formatted and tokenised once, all pair texts in
-        one batched tokenizer call (a fast tokenizer encodes the batch in Rust); the same rows and counts."""
+        one batched call (`token_ids`: a fast tokenizer encodes the batch in Rust); the same rows and counts."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         if not prompts:
             return []
         heads, texts = format_pairs(self.tokenizer, prompts, responses)
         distinct = list(dict.fromkeys(heads))
-        encode = {"add_special_tokens": self.add_special_tokens, "verbose": False}
-        head_ids = dict(zip(distinct, self.tokenizer(distinct, **encode)["input_ids"], strict=True))
+        special = self.add_special_tokens
+        head_ids = dict(zip(distinct, token_ids(self.tokenizer, distinct, special), strict=True))
         rows = []
-        for head, full in zip(heads, self.tokenizer(texts, **encode)["input_ids"], strict=True):
+        for head, full in zip(heads, token_ids(self.tokenizer, texts, special), strict=True):
             prompt_ids = head_ids[head]
             n = len(prompt_ids)
             common = n if full[:n] == prompt_ids else _common_prefix(full, prompt_ids)

@@ -29,6 +29,7 @@ from prefpipe.reward import likelihood
 from prefpipe.reward.batching import plan_batches
 from prefpipe.reward.collate import PairEncoder, TokenizedRow
 from prefpipe.reward.heads import RewardHead, build_head
+from prefpipe.reward.lean_encode import final_states_at, lean_core
 from prefpipe.reward.pooling import (
     first_token_index,
     gather_positions,
@@ -139,6 +140,9 @@ class RewardModel(nn.Module):
         # Whether features() runs the last decoder layer at the read positions only (same scores, less work;
         # set False to force the plain path, as the equivalence tests do).
         self.selected_last_layer = last_layer(backbone) is not None
+        # Whether encode_dataset (scoring, no gradient) runs Llama backbones through lean_encode's fused
+        # forward (same scores to float tolerance, faster on small models; False forces transformers' forward).
+        self.lean_scoring = True
 
     def train(self, mode: bool = True) -> RewardModel:
         """Train mode everywhere except the frozen likelihood model, which always reads in eval mode."""
@@ -177,6 +181,7 @@ class RewardModel(nn.Module):
         prompt_index: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         likelihood_stats: torch.Tensor | None = None,
+        lean: nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The head's raw inputs: response features (N, head_input_size), before standardisation, and the
         prompt's last state (N, H). With embedding_features the response features go on with the mean of the
@@ -184,15 +189,21 @@ class RewardModel(nn.Module):
         likelihood_features they end with the mean and minimum log-prob of the response tokens under the frozen
         starting backbone's tied LM head (`prefpipe.reward.likelihood`): `likelihood_stats` (N, WIDTH) when the rows'
         summaries were cached (training), else computed here. attention_mask None means no padding: the
-        backbone gets no mask (SDPA's causal fast path)."""
+        backbone gets no mask (SDPA's causal fast path). `lean` (inference only): the Llama core that
+        lean_encode runs instead of the transformers forward (`_lean_core`)."""
         kwargs = self._backbone_kwargs(position_ids)
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         index = self._read_positions(mask, prompt_index)
         if index is not None:  # the last layer runs at the pooled and the prompt positions only
             allowed = causal_allowed(index, attention_mask, input_ids.shape[1])
-            with selected_last_layer(self.backbone, index, allowed):
-                states = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-            pooled, h_prompt = states.last_hidden_state.unbind(dim=1)
+            if lean is not None:
+                positions = kwargs.get("position_ids")
+                states = final_states_at(lean, input_ids, attention_mask, positions, index, allowed)
+            else:
+                with selected_last_layer(self.backbone, index, allowed):
+                    out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+                states = out.last_hidden_state
+            pooled, h_prompt = states.unbind(dim=1)
         else:
             hidden = self.backbone(
                 input_ids=input_ids, attention_mask=attention_mask, **kwargs
@@ -252,6 +263,13 @@ class RewardModel(nn.Module):
         if not self.selected_last_layer or self.spec.pooling not in POINT_POOLING:
             return None
         return torch.stack([POINT_POOLING[self.spec.pooling](attention_mask), prompt_index], dim=1)
+
+    def _lean_core(self) -> nn.Module | None:
+        """The Llama core for lean_encode when scoring may use it (the head reads point positions and the
+        last layer runs at those alone), else None."""
+        if not (self.lean_scoring and self.selected_last_layer) or self.spec.pooling not in POINT_POOLING:
+            return None
+        return lean_core(self.backbone)
 
     def score_features(
         self, pooled: torch.Tensor, h_prompt: torch.Tensor, head: RewardHead | None = None
@@ -336,7 +354,7 @@ class RewardModel(nn.Module):
 
         Each distinct (prompt, response) is encoded once; all rows are tokenised in one batched call; batches
         are length-bucketed (prefpipe.reward.batching): a batch of equal lengths runs without an attention mask,
-        the others pad to their longest row. Outputs stay on the model's device until the end (no host sync
+        the others pad to their longest row. A Llama backbone runs through lean_encode's fused forward. Outputs stay on the model's device until the end (no host sync
         per batch). Truncations are counted per row, duplicates included, as tokenize() would. Each of
         `extra_heads` is applied to the same features; its encodings are returned as "<name>/<key>"."""
         if self.training:
@@ -356,6 +374,7 @@ class RewardModel(nn.Module):
             if row.cut and copies[i] > 1:
                 self.encoder.truncated[row.cut] += copies[i] - 1
         device = self.device
+        lean = self._lean_core()
         parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         order: list[int] = []
         batches = plan_batches([len(r.input_ids) for r in rows], batch_size)
@@ -373,7 +392,7 @@ class RewardModel(nn.Module):
                 if self.encoder.padding_side == "right":
                     inputs.pop("position_ids")
             pooled, h_prompt = self.features(
-                **{k: None if v is None else v.to(device) for k, v in inputs.items()}
+                **{k: None if v is None else v.to(device) for k, v in inputs.items()}, lean=lean
             )
             for prefix, head in heads.items():
                 out = self.score_features(pooled, h_prompt, head)

@@ -21,7 +21,7 @@ scores, losses and gradients with the plain path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,34 +54,50 @@ def last_layer(backbone: nn.Module) -> nn.Module | None:
     return layer
 
 
-def _forward_at(
+def _norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return module(x)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb for one tensor (cos and sin broadcast over its heads)."""
+    return x * cos + rotate_half(x) * sin
+
+
+Norm = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+Rope = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def forward_at(
     layer: nn.Module,
     hidden: torch.Tensor,
     position_embeddings: tuple[torch.Tensor, torch.Tensor],
     index: torch.Tensor,
     allowed: torch.Tensor,
+    norm: Norm = _norm,
+    rope: Rope = _rope,
 ) -> torch.Tensor:
     """The Llama decoder layer's output at `index` (N, S) only: (N, S, H); allowed (N, S, T): the keys each
-    of those queries may attend to."""
+    of those queries may attend to. `norm(module, x)` and `rope(x, cos, sin)` do the layer's RMSNorm and
+    rotary embedding (transformers' own by default; `lean_encode` passes fused ones)."""
     attn = layer.self_attn
     n, length, _ = hidden.shape
     rows = torch.arange(n, device=hidden.device)[:, None]
-    normed = layer.input_layernorm(hidden)
+    normed = norm(layer.input_layernorm, hidden)
     at = normed[rows, index]  # (N, S, H)
     d = attn.head_dim
     q = attn.q_proj(at).view(n, index.shape[1], -1, d).transpose(1, 2)  # (N, heads, S, D)
     k = attn.k_proj(normed).view(n, length, -1, d).transpose(1, 2)  # (N, kv heads, T, D)
     v = attn.v_proj(normed).view(n, length, -1, d).transpose(1, 2)
     cos, sin = (t.expand(n, -1, -1) for t in position_embeddings)  # (N or 1, T, D) -> (N, T, D)
-    q = q * cos[rows, index][:, None] + rotate_half(q) * sin[rows, index][:, None]
-    k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+    q = rope(q, cos[rows, index][:, None], sin[rows, index][:, None])
+    k = rope(k, cos[:, None], sin[:, None])
     dropout = attn.attention_dropout if attn.training else 0.0
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=allowed[:, None], dropout_p=dropout, scale=attn.scaling,
         enable_gqa=q.shape[1] != k.shape[1],
     )  # fmt: skip
     x = hidden[rows, index] + attn.o_proj(out.transpose(1, 2).reshape(n, index.shape[1], -1))
-    return x + layer.mlp(layer.post_attention_layernorm(x))
+    return x + layer.mlp(norm(layer.post_attention_layernorm, x))
 
 
 def causal_allowed(index: torch.Tensor, key_mask: torch.Tensor | None, length: int) -> torch.Tensor:
@@ -107,7 +123,7 @@ def selected_last_layer(backbone: nn.Module, index: torch.Tensor, allowed: torch
         embeddings = kwargs.get("position_embeddings")
         if embeddings is None:
             raise RuntimeError("selected_last_layer: the model did not pass position_embeddings")
-        return _forward_at(layer, hidden_states, embeddings, index, allowed)
+        return forward_at(layer, hidden_states, embeddings, index, allowed)
 
     layer.forward = forward  # instance attribute: shadows the class method for this call only
     try:

@@ -88,10 +88,11 @@ def _fix_cell(item: dict[str, Any] | None) -> str:
 
 
 # The ablation stage's protocols: (key in its summary, None = the top level; how the report names the models;
-# anchor of their table).
+# anchor of their table). The heads as fine-tuned come first: the verdicts are read on them, since the refit
+# can rescue a fine-tuning run that broken settings collapsed (README, "Two ablation protocols").
 PROTOCOLS = (
-    (None, "the saved models (after the head refit)", "ablation-paired"),
     (AS_FINETUNED, "each head as fine-tuned (before the refit)", "ablation-finetuned"),
+    (None, "the saved models (after the head refit)", "ablation-paired"),
 )
 
 
