@@ -220,10 +220,14 @@ class RewardTrainer:
 
     # ------------------------------------------------------------------ setup
     def _tokenize(self) -> tuple[list[TokenizedRow], list[TokenizedRow], int]:
-        """Tokenise every pair once; returns chosen rows, rejected rows and the number of truncated pairs."""
+        """Tokenise every pair once, in one batched call (tokenize_batch: the rows and counts of per-row
+        tokenize()); returns chosen rows, rejected rows and the number of truncated pairs."""
         prompts = [p.prompt for p in self.pairs]
-        chosen = self.rm.encoder.tokenize_many(prompts, [p.chosen for p in self.pairs])
-        rejected = self.rm.encoder.tokenize_many(prompts, [p.rejected for p in self.pairs])
+        n = len(self.pairs)
+        rows = self.rm.encoder.tokenize_batch(
+            prompts + prompts, [p.chosen for p in self.pairs] + [p.rejected for p in self.pairs]
+        )
+        chosen, rejected = rows[:n], rows[n:]
         truncated_pairs = sum(1 for c, r in zip(chosen, rejected, strict=True) if c.cut or r.cut)
         if truncated_pairs:
             log.warning(
