@@ -4,8 +4,9 @@ Why: scoring (no gradient) on small backbones spends a large share of the transf
 matmuls. Its RMSNorm is five elementwise passes where torch's `F.rms_norm` is one fused kernel; its rotary
 embedding is slice/neg/cat/mul/mul/add per tensor where one multiply and two in-place `addcmul_` do; and each
 call builds a causal mask and output wrappers. On the 2-layer scratch base, skipping them took 6-13% off the
-scoring forward (RewardBench rows at max_length 128, one thread, measured in separate runs). The `kernels` hub that transformers can swap in for
-RMSNorm needs a download, which this pipeline never does.
+scoring forward (RewardBench rows at max_length 128, one thread, separate runs); on SmolLM2-135M (matmul-bound)
+it is neutral. The `kernels` hub that transformers can swap in for RMSNorm needs a download, which this
+pipeline never does.
 
 What: the arithmetic of `LlamaModel.forward` followed by `selected_last_layer`: every layer but the last at
 every position; the last layer's keys and values everywhere, its query, attention output, MLP and the final

@@ -354,9 +354,10 @@ class RewardModel(nn.Module):
 
         Each distinct (prompt, response) is encoded once; all rows are tokenised in one batched call; batches
         are length-bucketed (prefpipe.reward.batching): a batch of equal lengths runs without an attention mask,
-        the others pad to their longest row. A Llama backbone runs through lean_encode's fused forward. Outputs stay on the model's device until the end (no host sync
-        per batch). Truncations are counted per row, duplicates included, as tokenize() would. Each of
-        `extra_heads` is applied to the same features; its encodings are returned as "<name>/<key>"."""
+        the others pad to their longest row; a Llama backbone runs through lean_encode's fused forward. Outputs
+        stay on the model's device until the end (no host sync per batch). Truncations are counted per row,
+        duplicates included, as tokenize() would. Each of `extra_heads` is applied to the same features; its
+        encodings are returned as "<name>/<key>"."""
         if self.training:
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")
         heads = {"": self.head} | {f"{name}/": head.eval() for name, head in self.extra_heads.items()}
