@@ -14,7 +14,8 @@ class WandbSettings:
 
 @dataclass
 class RunSettings:
-    """Base of every stage's settings: the experiment's name and seed, tracking, and the rule's threads.
+    """Base of every stage's settings: the experiment's name and seed, tracking, the speed-path switch and the
+    rule's threads.
 
     `torch_threads` is the Snakemake rule's `threads` (null in the provenance copy, which must not change
     when only the thread count does)."""
@@ -22,7 +23,9 @@ class RunSettings:
     experiment: str
     seed: int
     wandb: WandbSettings
+    fast_paths: bool  # False: every optimised path takes its plain reference path instead (same decisions)
     torch_threads: int | None
 
 
-RUN_WIDE_KEYS = tuple(f.name for f in fields(RunSettings))  # experiment, seed, wandb, torch_threads
+# experiment, seed, wandb, fast_paths, torch_threads
+RUN_WIDE_KEYS = tuple(f.name for f in fields(RunSettings))
