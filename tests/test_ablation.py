@@ -15,10 +15,10 @@ from support.settings import pipeline, stage_json
 from support.stages import run_main
 
 from prefpipe import ablation as ablation_stage
+from prefpipe.common.stats import percentile_interval
 from prefpipe.evaluation.accuracy_summary import OVERALL, summarize_scores
 from prefpipe.evaluation.paired_bootstrap import (
     draw,
-    percentile_interval,
     point_scores,
     recorded_table,
     resampled_scores,

@@ -25,9 +25,9 @@ from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
 from prefpipe.grpo import inspect_record
 from prefpipe.grpo.inspect import StepTable, attach_groups, step_table
+from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.reference import ReferencePolicy, build_reference, frozen_copy
-from prefpipe.grpo.trainer import LOSS_FIRST_ITERATION
 from prefpipe.report.html import render_html
 from prefpipe.report.markdown import render_markdown
 from prefpipe.report.step_page import build_page

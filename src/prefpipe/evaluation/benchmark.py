@@ -47,9 +47,8 @@ from prefpipe.evaluation.rewardbench2 import (
     summarize_rows,
 )
 from prefpipe.evaluation.sections import SectionTable, custom_section_table
+from prefpipe.evaluation.summary_keys import CALIBRATION, EXTRA_HEADS, HEAD_TYPE, N_PAIRS, TRUNCATION_KEY
 
-# {max_length, pairs, pairs_share, sequences: {prompt|response: n}, by_subset: {subset: pairs}} or null
-TRUNCATION_KEY = "truncation"
 PER_EXAMPLE_COLUMNS = (
     "id",
     "subset",
@@ -65,13 +64,6 @@ PER_EXAMPLE_COLUMNS = (
 
 # Speed figures of a scoring pass: the stage writes them to timing.json, not summary.json (reproducible bytes).
 TIMING_KEYS = ("pairs_per_second", "scoring_seconds")
-
-
-# Keys of a benchmark block in eval/<variant>/summary.json (the report imports them).
-N_PAIRS, HEAD_TYPE, CALIBRATION = "n_pairs", "head_type", "calibration"
-# The model's extra heads (e.g. "as_finetuned", the head before the refit): name -> their scores and ECE; their
-# per-example decisions and scores are the columns correct_<name> and score_<name>.
-EXTRA_HEADS, AS_FINETUNED = "extra_heads", "as_finetuned"
 
 
 def evaluate_rows(

@@ -35,7 +35,6 @@ from prefpipe.evaluation.bench_data import (
     resolve_split,
 )
 from prefpipe.evaluation.benchmark import (
-    AS_FINETUNED,
     TIMING_KEYS,
     evaluate_rewardbench2,
     evaluate_rows,
@@ -49,12 +48,11 @@ from prefpipe.evaluation.sections import (
     benchmark_table,
     is_rewardbench_subset,
 )
+from prefpipe.evaluation.summary_keys import AS_FINETUNED, BENCHMARKS, PRIMARY_BENCHMARK
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.evaluation import BenchmarkSettings, EvalSettings
 
 log = logging.getLogger("prefpipe.eval_rewardbench")
-# Top-level keys of eval/<variant>/summary.json (the report imports them).
-PRIMARY_BENCHMARK, BENCHMARKS = "primary_benchmark", "benchmarks"
 
 
 def _device(name: str) -> str:

@@ -18,7 +18,8 @@ import torch
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.policy_eval import DECODINGS, accuracy_summary, complete, kl_to_reference
+from prefpipe.grpo.metric_names import DECODING, DECODINGS, DECODINGS_KEY, KL_TO_BASE, REWARD_MODEL, WIN_RATE
+from prefpipe.grpo.policy_eval import accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.policy_io import load_for_inference
 from prefpipe.grpo.prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
 from prefpipe.grpo.rollout import GenerationSettings
@@ -26,15 +27,6 @@ from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.eval_policy")
-# Keys of policy_eval/<run>/summary.json (the report imports them): the decodings, the reward-model block
-# (its win rate of trained over base) and the KL block.
-DECODING, DECODINGS_KEY, REWARD_MODEL, WIN_RATE, KL_TO_BASE = (
-    "decoding",
-    "decodings",
-    "reward_model",
-    "win_rate",
-    "kl_to_base",
-)
 
 
 def _policy_block(name: str, comp, rows: list[dict], graded: bool) -> dict[str, Any]:

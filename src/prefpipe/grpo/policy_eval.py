@@ -10,12 +10,8 @@ import torch
 from prefpipe.common.stats import wilson_interval
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio
 from prefpipe.grpo.logprobs import completion_logprobs
+from prefpipe.grpo.metric_names import ACCURACY, ACCURACY_CI95, KL_K3_TOKEN_MEAN, N
 from prefpipe.grpo.rollout import GenerationSettings, generate
-
-DECODINGS = ("greedy", "sampled")
-# Keys of each policy's block in policy_eval/<run>/summary.json (the report imports them).
-ACCURACY, ACCURACY_CI95, N = "accuracy", "accuracy_ci95", "n"
-KL_K3_TOKEN_MEAN = "k3_token_mean"
 
 
 @dataclass

@@ -24,8 +24,18 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo import diagnostics, inspect_record
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.data_parallel import DataParallel
-from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
+from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.metric_names import (
+    CLIP_RATIO_REGION,
+    ENTROPY,
+    FRAC_REWARD_ZERO_STD,
+    GRAD_NORM,
+    LOSS_FIRST_ITERATION,
+    PROMPT_LOSS_SHARE,
+    REWARD_HACKING,
+    STEP_TIME,
+)
 from prefpipe.grpo.packing import PackedSpan, SharedPromptSpan, plain_span, share_prompt_span
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import (
@@ -43,18 +53,6 @@ from prefpipe.grpo.train_state import load_train_state, save_train_state
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger(__name__)
-# Metric names written to metrics.jsonl here (the rest are in grpo/diagnostics.py); the report imports them.
-FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
-    "frac_reward_zero_std",
-    "entropy",
-    "grad_norm",
-    "clip_ratio_region",
-)
-STEP_TIME = "step_time"
-# The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
-# inspector's table sums to.
-LOSS_FIRST_ITERATION = "loss_first_iteration"
-TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second")
 
 
 class Preempted(StageInterrupted):
@@ -243,7 +241,7 @@ class GRPOTrainer:
         n_global, loss_tokens, n_spans, prompt_tokens = counts
         if not loss_tokens:
             log.warning("no completion token carries loss this step (all truncated and masked): no update")
-            return {"update_skipped": 1.0, "num_loss_tokens": 0, diagnostics.PROMPT_LOSS_SHARE: 0.0}
+            return {"update_skipped": 1.0, "num_loss_tokens": 0, PROMPT_LOSS_SHARE: 0.0}
         norms = BatchNorms(n_global, loss_tokens, n_spans, cfg.max_new_tokens)
 
         old_logp: list[torch.Tensor | None] = [None] * len(micro)
@@ -331,7 +329,7 @@ class GRPOTrainer:
             GRAD_NORM: sum(grad_norms) / k,
             "grad_norm_max": max(grad_norms),
             "num_loss_tokens": norms.num_tokens,
-            diagnostics.PROMPT_LOSS_SHARE: prompt_tokens / max(norms.num_tokens, 1),
+            PROMPT_LOSS_SHARE: prompt_tokens / max(norms.num_tokens, 1),
         }
         if ref_full is not None:  # KL diagnostics over this process's rows
             metrics["kl_loss"] = kl_loss / k

@@ -9,9 +9,18 @@ from typing import Any
 
 import pandas as pd
 
-from prefpipe.evaluation.ablation import HURTS, ITEM_TITLES, MATTERS, MOST_IMPORTANT, NEUTRAL, ROWS, VARIANTS
+from prefpipe.common.stats import STRADDLES_ZERO, interval_side
 from prefpipe.evaluation.accuracy_summary import OVERALL
-from prefpipe.evaluation.benchmark import AS_FINETUNED
+from prefpipe.evaluation.summary_keys import (
+    AS_FINETUNED,
+    HURTS,
+    ITEM_TITLES,
+    MATTERS,
+    MOST_IMPORTANT,
+    NEUTRAL,
+    ROWS,
+    VARIANTS,
+)
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
@@ -191,7 +200,7 @@ def claims(ctx: Context) -> list[Claim]:
         if change is None:
             continue
         text = f"{v} {pts(*change)}"
-        (matter if change[1][0] > 0 or change[1][1] < 0 else unclear).append(text)
+        (unclear if interval_side(change[1]) == STRADDLES_ZERO else matter).append(text)
     text = f"Bayesian fixes vs {broken} ({pct(b['score'], (b['lo'], b['hi']))} overall on {ctx.bench}): "
     text += (
         ("changes beyond the interval: " + "; ".join(matter)) if matter else "no change beyond its interval"

@@ -3,10 +3,11 @@ the experiment each tree records."""
 
 from __future__ import annotations
 
+from prefpipe.common.stats import mean_sd
 from prefpipe.report import frames, seed_stats
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
-from prefpipe.report.stats import mean_sd
+from prefpipe.report.stats import finite
 
 TITLE, ANCHOR = "Across seeds and experiments", "compare"
 ITEMS = {frames.OVERALL: "Overall", **frames.SECTION_TITLES, frames.CYCLIC: "Cyclic", "ece": "ECE"}
@@ -38,7 +39,7 @@ def build(ctx: Context) -> Section | None:
                     for p in policies
                     if ((p["run"] == run) & p["primary"] & (p["side"] == side)).any()
                 ]
-                cells.append(mean_sd(vals))
+                cells.append(seed_stats.cell(mean_sd([v for v in vals if finite(v)])))
             policy_rows.append([exp, run, str(len(members)), *cells])
     note = (
         "Mean ± sample standard deviation over the trees of each experiment (n = trees with a value), in % "

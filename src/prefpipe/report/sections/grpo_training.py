@@ -3,10 +3,9 @@ step where each fires."""
 
 from __future__ import annotations
 
-from prefpipe.grpo import diagnostics as gd
-from prefpipe.grpo import trainer as gt
+from prefpipe.grpo import metric_names as gm
+from prefpipe.grpo.health import diagnose, explain_unrecorded
 from prefpipe.report import frames
-from prefpipe.report.diagnostics import diagnose, explain_unrecorded
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.sections.calibration import groups
@@ -15,15 +14,15 @@ from prefpipe.report.stats import NA, num
 
 TITLE, ANCHOR = "GRPO training", "grpo-training"
 PANELS = (
-    (gd.REWARD_MEAN, "Total reward (mean)", False),
-    (gd.KL_MEAN.format(name="k3"), "KL to reference, k3 mean per token", False),
-    (gd.MAX_ABS_LOG_RATIO, "Max |log-ratio| (nats)", False),
-    (gt.ENTROPY, "Entropy (nats/token)", False),
-    (gd.LENGTH_MEAN, "Completion length (mean tokens)", False),
-    (gd.TRUNCATED_RATIO, "Truncated completions", False),
-    (gt.FRAC_REWARD_ZERO_STD, "Groups with zero reward spread", False),
-    (gt.GRAD_NORM, "Grad norm before clipping", False),
-    (gt.CLIP_RATIO_REGION, "Clipped token ratio", False),
+    (gm.REWARD_MEAN, "Total reward (mean)", False),
+    (gm.KL_MEAN.format(name="k3"), "KL to reference, k3 mean per token", False),
+    (gm.MAX_ABS_LOG_RATIO, "Max |log-ratio| (nats)", False),
+    (gm.ENTROPY, "Entropy (nats/token)", False),
+    (gm.LENGTH_MEAN, "Completion length (mean tokens)", False),
+    (gm.TRUNCATED_RATIO, "Truncated completions", False),
+    (gm.FRAC_REWARD_ZERO_STD, "Groups with zero reward spread", False),
+    (gm.GRAD_NORM, "Grad norm before clipping", False),
+    (gm.CLIP_RATIO_REGION, "Clipped token ratio", False),
 )
 
 

@@ -1,4 +1,6 @@
-"""Flag unhealthy GRPO (and reward-training) signs and the step where each first appears.
+"""Health checks of a training run: flag unhealthy GRPO (and reward-training) signs and the step where each
+first appears. The report renders the flags and the grpo_hypotheses stage lists those that fired; both read
+the checks from here, with GRPO's metric names (grpo/metric_names.py), no torch needed.
 
 Every check compares one logged metric per step with a threshold from `report.diagnostics`:
 
@@ -25,8 +27,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from prefpipe.grpo.diagnostics import KL_MEAN, MAX_ABS_LOG_RATIO, PROMPT_LOSS_SHARE, TRUNCATED_RATIO
-from prefpipe.grpo.trainer import ENTROPY, FRAC_REWARD_ZERO_STD, GRAD_NORM
+from prefpipe.grpo.metric_names import (
+    ENTROPY,
+    FRAC_REWARD_ZERO_STD,
+    GRAD_NORM,
+    KL_MEAN,
+    MAX_ABS_LOG_RATIO,
+    PROMPT_LOSS_SHARE,
+    TRUNCATED_RATIO,
+)
+from prefpipe.settings.grpo import no_kl_term
 from prefpipe.settings.report import Thresholds
 
 MIN_HISTORY = 3
@@ -204,10 +214,10 @@ KL_CHECKS = ("KL above limit", "KL spike", "log-ratio blow-up")
 
 
 def explain_unrecorded(flags: list[Flag], betas: dict[str, float | None]) -> list[Flag]:
-    """With beta = 0 GRPO has no reference policy, so KL metrics are absent by design, not missing."""
+    """Without a KL term (settings.grpo.no_kl_term) KL metrics are absent by design, not missing."""
     out = []
     for flag in flags:
-        if flag.status == "not recorded" and flag.check in KL_CHECKS and betas.get(flag.run) == 0:
+        if flag.status == "not recorded" and flag.check in KL_CHECKS and no_kl_term(betas.get(flag.run)):
             flag = dataclasses.replace(flag, status="n/a (beta = 0, no reference)")
         out.append(flag)
     return out
