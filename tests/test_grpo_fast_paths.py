@@ -9,9 +9,10 @@ import torch
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
+from prefpipe.generation.tokens import pad_token_id, tokenize_prompts
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.packing import pack_span, plain_span, share_prompt_span
-from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf, pad_token_id, tokenize_prompts
+from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf
 from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
 from prefpipe.grpo.spans import loss_spans
 from prefpipe.grpo.trainer import make_adamw

@@ -64,7 +64,7 @@ def saved(args, cfg: GrpoSettings) -> tuple[StepTable, float | None, str]:
         cfg.seed
     )  # a fresh LoRA adapter's initial A matrices (B = 0, so outputs do not depend on it)
     policy, tok, lora_state = load_policy(source, cfg.lora, cfg.dtype, "cpu")
-    reference = build_reference(policy, lora_state, cfg.beta != 0.0, cfg.reference_mode)
+    reference = build_reference(policy, lora_state, cfg.kl_to_reference, cfg.reference_mode)
     _load_trainable(policy, step.weights, str(inspect_record.step_dir(args.run_dir, args.step)))
     table = step_table(cfg, policy, reference, tok, step.rollout, step.advantages, args.step)
     attach_groups(
@@ -79,7 +79,7 @@ def saved(args, cfg: GrpoSettings) -> tuple[StepTable, float | None, str]:
 
 
 def fresh(args, cfg: GrpoSettings) -> tuple[StepTable, None, str]:
-    from prefpipe.grpo.prompts import load_rl_prompts
+    from prefpipe.generation.rl_prompts import load_rl_prompts
     from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
 
@@ -101,7 +101,7 @@ def fresh(args, cfg: GrpoSettings) -> tuple[StepTable, None, str]:
     )
     batch, _ = trainer._rollout(args.step)
     reference = None
-    if cfg.beta != 0.0:
+    if cfg.kl_to_reference:
         if args.reference is None:
             raise UserError(
                 f"run {cfg.run!r} has beta {cfg.beta}: pass --reference FOLDER (e.g. results/base/model)"

@@ -14,8 +14,8 @@ import torch
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.data.verifier import verify
-from prefpipe.grpo.prompts import NOT_APPLICABLE, has_answers
-from prefpipe.grpo.rollout import eos_token_ids
+from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers
+from prefpipe.generation.tokens import eos_token_ids
 from prefpipe.settings.base import HeldoutEvalSettings
 
 

@@ -18,10 +18,10 @@ import torch
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
 from prefpipe.grpo.metric_names import DECODING, DECODINGS, DECODINGS_KEY, KL_TO_BASE, REWARD_MODEL, WIN_RATE
 from prefpipe.grpo.policy_eval import accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.policy_io import load_for_inference
-from prefpipe.grpo.prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
 from prefpipe.grpo.rollout import GenerationSettings
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings

@@ -97,7 +97,7 @@ def step_table(
         with torch.no_grad():
             logp = completion_logprobs(policy, *sp.inputs(rollout), sp.n_scored, cfg.temperature)[0]
             ref = None
-            if cfg.beta != 0.0:
+            if cfg.kl_to_reference:
                 ref = reference.logprobs(*sp.inputs(rollout), sp.n_scored, cfg.temperature)
         adv = advantages[sp.rows].float()
         surrogate, clip = clipped_surrogate(

@@ -20,9 +20,9 @@ from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.generation.rl_prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_io import load_policy, save_policy
-from prefpipe.grpo.prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.rewards import answer_reward_keys, build_rewards
 from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer

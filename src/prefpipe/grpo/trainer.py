@@ -114,7 +114,7 @@ class GRPOTrainer:
         self.device = next(policy.parameters()).device
         self.needs_ref_completions = needs_reference_completions(cfg.rewards)
         self.reference: ReferencePolicy | None = build_reference(
-            policy, lora_state, cfg.beta != 0.0 or self.needs_ref_completions, cfg.reference_mode
+            policy, lora_state, cfg.kl_to_reference or self.needs_ref_completions, cfg.reference_mode
         )
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.dp = data_parallel or DataParallel()
@@ -250,12 +250,12 @@ class GRPOTrainer:
             for i, mb in enumerate(micro):
                 if cfg.num_iterations > 1:
                     old_logp[i] = mb.logprobs(self.policy, cfg.temperature)[0]
-                if cfg.beta != 0.0:
+                if cfg.kl_to_reference:
                     ref_logp[i] = self.reference.span_logprobs(mb, cfg.temperature)
 
         # completion-token views for the metrics (KL, entropy): the last n_completion scored positions
         cur_logp = torch.zeros(n, width, device=self.device)
-        ref_full = torch.zeros(n, width, device=self.device) if cfg.beta != 0.0 else None
+        ref_full = torch.zeros(n, width, device=self.device) if cfg.kl_to_reference else None
         entropy = torch.zeros(n, width, device=self.device)
         # loss, policy_loss, kl_loss, low, high summed as tensors: one host sync per iteration, not per micro-batch
         sums = torch.zeros(5, dtype=torch.float64, device=self.device)
@@ -302,7 +302,7 @@ class GRPOTrainer:
             if not torch.isfinite(it_sums[:3]).all():
                 raise FloatingPointError(
                     f"non-finite GRPO loss at iteration {it}: policy_loss={float(it_sums[1])}, "
-                    f"kl_loss={float(it_sums[2]) if cfg.beta != 0.0 else None}; check max_abs_log_ratio"
+                    f"kl_loss={float(it_sums[2]) if cfg.kl_to_reference else None}; check max_abs_log_ratio"
                 )
             sums += it_sums
             if it == 0:

@@ -55,14 +55,23 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def order(ctx: Context) -> tuple[list[str], str | None]:
-    """Ablation variants (broken first, the fixed reference last) and the broken one."""
+    """Ablation variants (broken first, the fixed reference last) and the broken one.
+
+    The reference and the broken variant are the ablation stage's (results/ablation/summary.json records the
+    `ablation.reference` and `ablation.broken` it used) when it ran; only without it does the report fall back
+    to report.ablation.reference and the variant farthest from it in settings."""
     ab = ctx.settings.ablation
+    paired = _paired(ctx)
+    reference = paired["reference"] if paired is not None else ab.reference
     names = [v for v in ctx.variants if any(fnmatch.fnmatchcase(v, p) for p in ab.variants)]
-    ref = _settings(ctx, ab.reference)
+    ref = _settings(ctx, reference)
     if ref is None:
         return names, None
     dist = {v: len(diff(s, ref)) if (s := _settings(ctx, v)) is not None else -1 for v in names}
-    ordered = sorted(names, key=lambda v: (v == ab.reference, -dist[v], v))
+    ordered = sorted(names, key=lambda v: (v == reference, -dist[v], v))
+    if paired is not None and paired["broken"] in names:
+        ordered.remove(paired["broken"])
+        return [paired["broken"], *ordered], paired["broken"]
     broken = ordered[0] if ordered and dist[ordered[0]] > 0 else None
     return ordered, broken
 
