@@ -101,7 +101,9 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
     decodings: dict[str, Any] = {}
     for decoding in DECODINGS:
         sample = decoding == "sampled"
-        settings = GenerationSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample)
+        settings = GenerationSettings(
+            cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample, fast=run_settings.fast_paths
+        )
         comps[decoding] = {
             name: complete(
                 model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, run_settings.seed
@@ -143,6 +145,7 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
                 cfg.batch_size,
                 cfg.max_prompt_length,
                 run_settings.seed,
+                run_settings.fast_paths,
             )
     write_jsonl(
         out / "per_example.jsonl",

@@ -52,13 +52,16 @@ def kl_to_reference(
     batch_size: int,
     max_prompt_length: int | None,
     seed: int,
+    fast: bool,
 ) -> dict[str, float]:
     """KL(policy || reference) from completions sampled from the policy at temperature 1.
 
     Token means of k1 and k3 over completion tokens, and the sequence-level estimate (sum of k1 per
     completion, averaged), which is the KL between the two distributions over whole completions.
     """
-    settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=0)
+    settings = GenerationSettings(
+        max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, fast=fast
+    )
     sums: dict[str, float] = defaultdict(float)
     tokens = sequences = 0
     max_abs = 0.0

@@ -66,7 +66,7 @@ class ReferencePolicy:
 
     @torch.no_grad()
     def span_logprobs(self, span, temperature: float) -> torch.Tensor:
-        """(k, C) log-probs of a micro-batch (`grpo.packing`: packed or shared-prompt layout) under pi_ref."""
+        """(k, C) log-probs of a micro-batch (`grpo/spans.py` plain_span, or `grpo/fast/packing.py`) under pi_ref."""
         with self.active() as model:
             return span.logprobs(model, temperature)[0]
 

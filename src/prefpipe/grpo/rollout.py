@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.generation.tokens import PromptBatch, eos_token_ids, pad_token_id, tokenize_prompts
+from prefpipe.grpo.fast.decode import decode_compact
 from prefpipe.grpo.sampling import decode
 
 
@@ -27,6 +28,7 @@ class GenerationSettings:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off, so sampling follows the temperature-scaled distribution exactly
     do_sample: bool = True
+    fast: bool = True  # the run's fast_paths: grpo/fast/decode.py, else the plain loop of grpo/sampling.py
 
 
 @dataclass
@@ -88,8 +90,9 @@ def generate(
 ) -> Rollout:
     """Sample group_size completions for each prompt (eval mode, no grad; training mode restored after).
 
-    Runs prefpipe.grpo.sampling.decode (prompt prefilled once per group, finished rows dropped). `uniforms`
-    (N, max_new_tokens) fixes the samples; None draws them from torch's global generator."""
+    Runs grpo/fast/decode.py (finished rows dropped) with settings.fast, else the plain loop of grpo/sampling.py
+    (the same tokens); the prompt is prefilled once per group either way. `uniforms` (N, max_new_tokens) fixes
+    the samples; None draws them from torch's global generator."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
     n = batch.input_ids.shape[0] * group_size
@@ -99,7 +102,7 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        completion_ids = decode(
+        completion_ids = (decode_compact if settings.fast else decode)(
             model,
             batch.input_ids.to(device),
             batch.attention_mask.to(device),
@@ -140,8 +143,8 @@ def generate_hf(
     settings: GenerationSettings,
     max_prompt_length: int | None = None,
 ) -> Rollout:
-    """The plain path: `model.generate` over all G copies of each prompt (kept for equivalence tests and
-    benchmarks; `generate` is the fast path)."""
+    """`model.generate` over all G copies of each prompt: the transformers reference the decode loops are
+    checked against (greedy: the same tokens; kept for equivalence tests and benchmarks)."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
     prompt_ids = batch.input_ids.repeat_interleave(group_size, dim=0).to(device)

@@ -24,6 +24,7 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo import diagnostics, inspect_record
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.data_parallel import DataParallel
+from prefpipe.grpo.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.metric_names import (
@@ -36,7 +37,6 @@ from prefpipe.grpo.metric_names import (
     REWARD_HACKING,
     STEP_TIME,
 )
-from prefpipe.grpo.packing import PackedSpan, SharedPromptSpan, plain_span, share_prompt_span
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import (
     RewardInputs,
@@ -48,7 +48,7 @@ from prefpipe.grpo.rewards import (
     verifier_reward as verifier_scores,
 )
 from prefpipe.grpo.rollout import GenerationSettings, Rollout, generate
-from prefpipe.grpo.spans import completion_loss_mask, loss_spans
+from prefpipe.grpo.spans import PackedSpan, completion_loss_mask, loss_spans, plain_span
 from prefpipe.grpo.train_state import load_train_state, save_train_state
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -119,7 +119,9 @@ class GRPOTrainer:
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.dp = data_parallel or DataParallel()
         self.optimizer = make_adamw(self.params, cfg)
-        self.gen = GenerationSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, True)
+        self.gen = GenerationSettings(
+            cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.top_k, True, fast=cfg.fast_paths
+        )
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
@@ -136,7 +138,7 @@ class GRPOTrainer:
         """Greedy completions of pi_ref, one per prompt, cached by prompt id (deterministic, resume-safe)."""
         todo = [r for r in rows if r["id"] not in self.ref_cache]
         if todo:
-            greedy = GenerationSettings(self.cfg.max_new_tokens, do_sample=False)
+            greedy = GenerationSettings(self.cfg.max_new_tokens, do_sample=False, fast=self.cfg.fast_paths)
             with self.reference.active() as model:
                 out = generate(
                     model, self.tokenizer, [r["prompt"] for r in todo], 1, greedy, self.cfg.max_prompt_length
@@ -218,11 +220,11 @@ class GRPOTrainer:
         ro = batch.rollout
         comp_mask = completion_loss_mask(ro, cfg.mask_truncated_completions)
         spans = loss_spans(ro, cfg.mask_mode, cfg.mask_truncated_completions, cfg.micro_batch_size)
-        # micro-batches with each group's prompt forwarded once (only rows with a loss token, no padding
-        # columns); with_prompt stays padded
+        # fast_paths: micro-batches with each group's prompt forwarded once (only rows with a loss token, no
+        # padding columns); with_prompt, and every span without fast_paths, stays padded (grpo/fast/packing.py)
         micro: list[PackedSpan | SharedPromptSpan] = [
             share_prompt_span(ro, sp, cfg.num_generations)
-            if sp.n_scored == sp.n_completion
+            if cfg.fast_paths and sp.n_scored == sp.n_completion
             else plain_span(ro, sp)
             for sp in spans
         ]

@@ -1,5 +1,9 @@
 """A one-token decode step for Llama-architecture policies without the transformers forward around it.
 
+Plain path it must match: the model's own forward over the cache (`prefpipe.grpo.sampling.forward_step`).
+Tests: tests/test_grpo_fast_paths.py (test_lean_decode_steps_give_the_model_forward_logits_and_samples: logits
+and samples, full and LoRA; test_lean_decode_declines_what_it_does_not_know).
+
 Why: in a rollout the matmul work of a decode step is tiny (one token per row), and most of its time went to
 the framework around it: a causal mask rebuilt every step, a growing KV cache concatenated every step,
 rotary tables recomputed, output wrappers, and (for LoRA) peft's per-linear dispatch. `LeanLlama` runs the
