@@ -19,7 +19,8 @@ from prefpipe.grpo.rewards import WeightedReward
 from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf
 from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
 from prefpipe.grpo.spans import loss_spans, plain_span
-from prefpipe.grpo.trainer import GRPOTrainer, make_adamw
+from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.update import make_adamw
 
 PROMPTS = ["What is 2 plus 3?", "Say yes.", "Say no please, now.", "Repeat cat:"]
 
