@@ -111,7 +111,7 @@ def test_the_bootstrap_variance_of_the_section_average_matches_its_closed_form()
 
 
 def test_verdicts_and_the_fix_that_matters_most():
-    from prefpipe.evaluation.ablation import most_important, verdict
+    from prefpipe.evaluation.ablation_contrasts import most_important, verdict
 
     assert verdict((0.01, 0.2)) == "matters"
     assert verdict((-0.2, -0.01)) == "hurts"

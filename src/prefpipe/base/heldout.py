@@ -59,7 +59,7 @@ def generate_completions(
 
 
 def heldout_accuracy(
-    model: Any, tokenizer: Any, rows: list[dict], eval_cfg: HeldoutEvalSettings, seed: int
+    model: Any, tokenizer: Any, rows: list[dict], eval_settings: HeldoutEvalSettings, seed: int
 ) -> tuple[dict[str, Any], list[dict]]:
     """Accuracy summary (overall and per kind, with counts) and one sample row per prompt.
 
@@ -69,15 +69,15 @@ def heldout_accuracy(
         summary = {"n": len(rows), "accuracy_applicable": False, "not_applicable": NOT_APPLICABLE}
         return summary | {"sampled_accuracy": None, "greedy_accuracy": None, "per_kind": {}}, []
     prompts = [r["prompt"] for r in rows]
-    common = {"max_new_tokens": eval_cfg.max_new_tokens, "batch_size": eval_cfg.batch_size}
-    temperature = eval_cfg.temperature
+    common = {"max_new_tokens": eval_settings.max_new_tokens, "batch_size": eval_settings.batch_size}
+    temperature = eval_settings.temperature
     sampled = generate_completions(
         model,
         tokenizer,
         prompts,
         greedy=False,
         temperature=temperature,
-        top_p=eval_cfg.top_p,
+        top_p=eval_settings.top_p,
         seed=seed,
         **common,
     )

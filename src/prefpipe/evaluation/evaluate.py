@@ -65,16 +65,16 @@ def _device(name: str) -> str:
     return name
 
 
-def run(cfg: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
+def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     """Load the reward model in --model and evaluate it on every configured benchmark."""
     import torch
 
     from prefpipe.reward.model import load_finetuned_head, load_reward_model
 
-    seed_everything(cfg.seed)
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    device = _device(cfg.eval.device)
+    seed_everything(settings.seed)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    device = _device(settings.eval.device)
     model = load_reward_model(str(args.model), device=device)
     finetuned = load_finetuned_head(args.model, model)  # the head before the refit (the ablation reads it)
     if finetuned is not None:
@@ -82,28 +82,28 @@ def run(cfg: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     log.info(
         "loaded %s reward model (tau %.4g) from %s on %s", model.head_type, model.tau, args.model, device
     )
-    return evaluate_model(model, cfg, args.data, args.out, model_label=str(args.model), device=device)
+    return evaluate_model(model, settings, args.data, args.out, model_label=str(args.model), device=device)
 
 
 def evaluate_model(
     model: PairScorer,
-    cfg: EvalSettings,
+    settings: EvalSettings,
     data_dir: str | Path,
     out_dir: str | Path,
     model_label: str,
     device: str,
 ) -> dict[str, Any]:
     """Evaluate an already loaded model (any object with the reward-model API); write and return summaries."""
-    ecfg = cfg.eval
+    ecfg = settings.eval
     out_dir = Path(out_dir)
-    order = list(cfg.benchmark_order)
+    order = list(settings.benchmark_order)
     if sorted(order) != sorted(ecfg.benchmarks):
         raise ConfigError(
             f"benchmark_order {order} does not name the benchmarks of eval.benchmarks ({sorted(ecfg.benchmarks)})"
         )
     # Read and check every benchmark before scoring any, so bad data fails fast.
-    loaded = {name: _load(name, ecfg.benchmarks[name], cfg, data_dir) for name in order}
-    record = RunRecord(out_dir, "eval_rewardbench", to_mapping(cfg))
+    loaded = {name: _load(name, ecfg.benchmarks[name], settings, data_dir) for name in order}
+    record = RunRecord(out_dir, "eval_rewardbench", to_mapping(settings))
 
     per_benchmark: dict[str, dict[str, Any]] = {}
     timing: dict[str, dict[str, Any]] = {}  # speed figures: timing.json, so summaries are reproducible bytes
@@ -119,7 +119,7 @@ def evaluate_model(
             n_bins=ecfg.calibration_bins,
             coverages=ecfg.selective_coverages,
             mc_samples=ecfg.mc_samples,
-            seed=cfg.seed,
+            seed=settings.seed,
         )
         summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
         timing[name] = {key: summary.pop(key, None) for key in TIMING_KEYS}
@@ -155,15 +155,15 @@ def evaluate_model(
 
 
 def _load(
-    name: str, bench: BenchmarkSettings, cfg: EvalSettings, data_dir: str | Path
+    name: str, bench: BenchmarkSettings, settings: EvalSettings, data_dir: str | Path
 ) -> tuple[list[dict], dict[str, Any], str, SectionTable | None]:
     """One benchmark's rows, load report, format and section table (None for RewardBench 2)."""
-    split = resolve_split(bench.source, bench.split, cfg.eval.split)
+    split = resolve_split(bench.source, bench.split, settings.eval.split)
     fmt = detect_format(name, bench.source, bench.format, split)
     if fmt == REWARDBENCH2:
-        rows, report = load_rewardbench2(name, bench.source, split, cfg.data.bad_rows)
+        rows, report = load_rewardbench2(name, bench.source, split, settings.data.bad_rows)
         return rows, report, fmt, None
-    rows, report = load_benchmark(name, bench.source, data_dir, split, cfg.data.bad_rows)
+    rows, report = load_benchmark(name, bench.source, data_dir, split, settings.data.bad_rows)
     sections = bench.sections
     if sections is None:  # automatic
         if bench.source == SYNTHETIC:
@@ -175,9 +175,9 @@ def _load(
     report["sections_map"] = sections if isinstance(sections, str) else ("own" if sections else "none")
     table = benchmark_table(
         sections,
-        cfg.data.sections,
-        cfg.data.cyclic_subsets,
-        xstest_weights=cfg.eval.xstest_weights,
+        settings.data.sections,
+        settings.data.cyclic_subsets,
+        xstest_weights=settings.eval.xstest_weights,
         where=f"eval.benchmarks.{name}",
     )
     return rows, report, fmt, table

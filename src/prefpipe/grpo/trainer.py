@@ -20,7 +20,7 @@ import torch
 from prefpipe.common.interrupts import StageInterrupted, StopRequest
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.grpo import diagnostics, inspect_record
+from prefpipe.grpo import diagnostics, inspect_step_save
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.metric_names import REWARD_HACKING, STEP_TIME
@@ -148,7 +148,7 @@ class GRPOTrainer:
 
     def _save_inspection(self, step: int, batch: StepBatch) -> None:
         meta = {"run": self.settings.run, "lora_state": self.lora_state, "policy_source": self.policy_source}
-        inspect_record.save_step(
+        inspect_step_save.save_step(
             self.out_dir,
             step,
             batch.rollout,
@@ -253,7 +253,7 @@ class GRPOTrainer:
         """Record the step's row (metrics, inspection, samples) and log it."""
         self.metric_rows.append(row)
         if step in self.settings.inspect_steps and self.dp.is_main:
-            inspect_record.finish_step(self.out_dir, step, row)
+            inspect_step_save.finish_step(self.out_dir, step, row)
         if self.record is not None:
             self.record.log(**row)
         if self.settings.sample_every and step % self.settings.sample_every == 0 and self.dp.is_main:
@@ -307,7 +307,7 @@ class GRPOTrainer:
             if self.reference is None
             else ("disable_adapter" if self.reference.via_disable_adapter else "frozen_copy"),
             "trainable_parameters": sum(p.numel() for p in self.params),
-            "inspect_steps": inspect_record.saved_steps(self.out_dir),
+            "inspect_steps": inspect_step_save.saved_steps(self.out_dir),
             REWARD_HACKING: overoptimisation(rows, self.settings.rewards),
             "total_parameters": sum(p.numel() for p in self.policy.parameters()),
         }

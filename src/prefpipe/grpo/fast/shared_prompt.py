@@ -151,8 +151,11 @@ def grouped_logprobs(
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of completions with shared prompts, by whichever of the two equal forms is cheaper here."""
-    cfg = getattr(model, "config", None)
-    hidden, inter = getattr(cfg, "hidden_size", None), getattr(cfg, "intermediate_size", None)
+    model_config = getattr(model, "config", None)
+    hidden, inter = (
+        getattr(model_config, "hidden_size", None),
+        getattr(model_config, "intermediate_size", None),
+    )
     fn = shared_prompt_logprobs
     if (
         isinstance(hidden, int)

@@ -31,9 +31,9 @@ VERDICTS = {MATTERS: "matters", NEUTRAL: "no clear effect", HURTS: "hurts"}
 TITLE, ANCHOR = "Bayesian GPM ablation", "ablation"
 
 
-def _flat(cfg: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str, Any]:
+def _flat(config: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in cfg.items():
+    for key, value in config.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key in ignore or path in ignore:
             continue
@@ -42,11 +42,11 @@ def _flat(cfg: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str,
 
 
 def _settings(ctx: Context, variant: str) -> dict[str, Any] | None:
-    cfg = ctx.tree.config("reward", variant)
-    if cfg is None:
+    config = ctx.tree.config("reward", variant)
+    if config is None:
         return None
-    cfg = cfg.get("resolved", cfg) if isinstance(cfg.get("resolved"), dict) else cfg
-    return _flat(cfg, ctx.settings.ablation.ignore_keys)
+    config = config.get("resolved", config) if isinstance(config.get("resolved"), dict) else config
+    return _flat(config, ctx.settings.ablation.ignore_keys)
 
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -224,17 +224,17 @@ def build(ctx: Context) -> Section | None:
         return None
     ab = ctx.settings.ablation
     rows, ests = [], []
-    broken_cfg = _settings(ctx, broken) if broken else None
+    broken_config = _settings(ctx, broken) if broken else None
     for v in [*ordered, *[b for b in ab.baselines if b in ctx.variants]]:
-        cfg = _settings(ctx, v)
+        config = _settings(ctx, v)
         if v in ab.baselines:
             what = "baseline (not Bayesian)"
         elif v == broken:
             what = "broken: every fix off"
-        elif cfg is None or broken_cfg is None:
+        elif config is None or broken_config is None:
             what = NA
         else:
-            what = "; ".join(diff(cfg, broken_cfg)) or "same settings as broken"
+            what = "; ".join(diff(config, broken_config)) or "same settings as broken"
         over = _overall(ctx, v)
         change = _change(ctx, v, broken) if broken and v != broken else None
         rows.append(

@@ -26,8 +26,8 @@ PANELS = (
 )
 
 
-def _sources(cfg: dict) -> str:
-    specs = cfg.get("rewards") or []
+def _sources(config: dict) -> str:
+    specs = config.get("rewards") or []
     return ", ".join(f"{s.get('type')} x{s.get('weight')}" for s in specs if isinstance(s, dict)) or NA
 
 
@@ -37,14 +37,14 @@ def build(ctx: Context) -> Section | None:
         return None
     rows = []
     for run in ctx.runs:
-        cfg = ctx.tree.config("grpo", run) or {}
+        config = ctx.tree.config("grpo", run) or {}
         summary = ctx.tree.summary("grpo", run) or {}
         rows.append(
             [
                 run,
-                _sources(cfg),
-                str(cfg.get("reward_model") or NA),
-                num(cfg.get("beta")),
+                _sources(config),
+                str(config.get("reward_model") or NA),
+                num(config.get("beta")),
                 num(summary.get("steps")),
                 num(summary.get("seconds_per_step")),
             ]

@@ -1,4 +1,5 @@
-"""What the ablation stage does: which Bayesian GPM fixes matter, with paired bootstrap intervals.
+"""What the ablation stage does (entry: prefpipe.ablation; the report's section: report/sections/ablation.py):
+which Bayesian GPM fixes matter, with paired bootstrap intervals.
 
 For every fix in `ablation.fixes` two contrasts on the same test pairs (prefpipe.evaluation.paired_bootstrap):
 - `added`: broken + only this fix, minus broken;

@@ -1,4 +1,5 @@
-"""Policy evaluation pieces: completions for held-out prompts, Wilson intervals, KL to the reference."""
+"""What is measured on a policy (the pieces grpo/eval_policy_stage.py puts together): completions for held-out
+prompts, accuracy with its Wilson interval, KL to a reference policy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One GRPO step laid out token by token (seed 004: one step done by hand and checked against the trainer).
+"""The one-step inspector's table: one GRPO step laid out token by token, recomputed from what
+grpo/inspect_step_save.py kept (prefpipe.inspect_grpo runs it, report/inspect_step_page.py renders it).
 
 For every completion and every scored token: the token, whether it carries loss, log pi and log pi_ref, the
 ratio rho = exp(log pi - log pi_old) (1 on the step's first pass, where pi_old = pi), whether the clip is
@@ -55,9 +56,9 @@ class StepTable:
     groups: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _groups(rows, rewards, parts, advantages, cfg: GrpoSettings, texts) -> list[dict[str, Any]]:
-    G = cfg.num_generations
-    adv = group_advantages(rewards, G, cfg.scale_rewards, cfg.advantage_eps)
+def _groups(rows, rewards, parts, advantages, settings: GrpoSettings, texts) -> list[dict[str, Any]]:
+    G = settings.num_generations
+    adv = group_advantages(rewards, G, settings.scale_rewards, settings.advantage_eps)
     out = []
     for p, row in enumerate(rows):
         idx = range(p * G, (p + 1) * G)
@@ -78,7 +79,7 @@ def _groups(rows, rewards, parts, advantages, cfg: GrpoSettings, texts) -> list[
 
 
 def step_table(
-    cfg: GrpoSettings,
+    settings: GrpoSettings,
     policy: torch.nn.Module,
     reference: ReferencePolicy | None,
     tokenizer,
@@ -87,31 +88,33 @@ def step_table(
     step: int,
 ) -> StepTable:
     """Recompute the step's first-pass loss token by token with the trainer's own functions."""
-    spans = loss_spans(rollout, cfg.mask_mode, cfg.mask_truncated_completions, cfg.micro_batch_size)
+    spans = loss_spans(
+        rollout, settings.mask_mode, settings.mask_truncated_completions, settings.micro_batch_size
+    )
     n = rollout.completion_ids.shape[0]
-    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), cfg.max_new_tokens)
-    table = StepTable(step, cfg.loss_type, cfg.beta, norms.num_tokens, n, 0.0)
+    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), settings.max_new_tokens)
+    table = StepTable(step, settings.loss_type, settings.beta, norms.num_tokens, n, 0.0)
     policy.train()  # the trainer scores in train mode
     ids = rollout.input_ids
     for sp in spans:
         with torch.no_grad():
-            logp = completion_logprobs(policy, *sp.inputs(rollout), sp.n_scored, cfg.temperature)[0]
+            logp = completion_logprobs(policy, *sp.inputs(rollout), sp.n_scored, settings.temperature)[0]
             ref = None
-            if cfg.kl_to_reference:
-                ref = reference.logprobs(*sp.inputs(rollout), sp.n_scored, cfg.temperature)
+            if settings.kl_to_reference:
+                ref = reference.logprobs(*sp.inputs(rollout), sp.n_scored, settings.temperature)
         adv = advantages[sp.rows].float()
         surrogate, clip = clipped_surrogate(
-            logp, logp, adv, sp.mask, cfg.epsilon_low, cfg.epsilon_high, cfg.log_ratio_clamp
+            logp, logp, adv, sp.mask, settings.epsilon_low, settings.epsilon_high, settings.log_ratio_clamp
         )
         per_token = surrogate
         k3 = None
         if ref is not None:
-            per_token = per_token + cfg.beta * per_token_kl(
-                logp, ref, sp.mask, cfg.kl_estimator, cfg.log_ratio_clamp
+            per_token = per_token + settings.beta * per_token_kl(
+                logp, ref, sp.mask, settings.kl_estimator, settings.log_ratio_clamp
             )
-            k3 = per_token_kl(logp, ref, sp.mask, "k3", cfg.log_ratio_clamp)
+            k3 = per_token_kl(logp, ref, sp.mask, "k3", settings.log_ratio_clamp)
         leaf = per_token.detach().clone().requires_grad_(True)
-        span_loss = aggregate(leaf, sp.mask, cfg.loss_type, norms)
+        span_loss = aggregate(leaf, sp.mask, settings.loss_type, norms)
         (weight,) = torch.autograd.grad(span_loss, leaf)
         contribution = weight * per_token.detach()
         table.table_loss += float(span_loss.detach())
@@ -149,6 +152,8 @@ def step_table(
     return table
 
 
-def attach_groups(table: StepTable, rows, rewards, parts, advantages, cfg: GrpoSettings, texts) -> StepTable:
-    table.groups = _groups(rows, rewards, parts, advantages, cfg, texts)
+def attach_groups(
+    table: StepTable, rows, rewards, parts, advantages, settings: GrpoSettings, texts
+) -> StepTable:
+    table.groups = _groups(rows, rewards, parts, advantages, settings, texts)
     return table

@@ -1,4 +1,5 @@
-"""What the eval_policy stage does: base vs trained policy on held-out prompts (see prefpipe.eval_policy).
+"""What the eval_policy stage does: base vs trained policy on held-out prompts (entry: prefpipe.eval_policy;
+the measures themselves: grpo/policy_measures.py).
 
 Reports, for each policy: verifier accuracy with a 95% Wilson interval (and per task kind), mean completion
 length and truncation; with a reward model: mean score (BT) and the win/tie/loss rate of trained over base
@@ -20,8 +21,8 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
 from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
 from prefpipe.grpo.metric_names import DECODING, DECODINGS, DECODINGS_KEY, KL_TO_BASE, REWARD_MODEL, WIN_RATE
-from prefpipe.grpo.policy_eval import accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.policy_io import load_for_inference
+from prefpipe.grpo.policy_measures import accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.rollout import GenerationSettings
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
@@ -86,12 +87,12 @@ def _reward_model_block(
 
 
 def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, Any]:
-    cfg = run_settings.eval
+    eval_settings = run_settings.eval
     if run_settings.torch_threads:
         torch.set_num_threads(run_settings.torch_threads)
     seed_everything(run_settings.seed)
     out = Path(args.out)
-    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", cfg.max_prompts)
+    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", eval_settings.max_prompts)
     record = RunRecord(out, "eval_policy", to_mapping(run_settings))
     base, base_tok = load_for_inference(args.base, run_settings.device)
     trained, trained_tok = load_for_inference(args.policy, run_settings.device)
@@ -102,16 +103,27 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
     for decoding in DECODINGS:
         sample = decoding == "sampled"
         settings = GenerationSettings(
-            cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample, fast=run_settings.fast_paths
+            eval_settings.max_new_tokens,
+            eval_settings.temperature,
+            eval_settings.top_p,
+            0,
+            sample,
+            fast=run_settings.fast_paths,
         )
         comps[decoding] = {
             name: complete(
-                model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, run_settings.seed
+                model,
+                tok,
+                prompts,
+                settings,
+                eval_settings.batch_size,
+                eval_settings.max_prompt_length,
+                run_settings.seed,
             )
             for name, model, tok in (("base", base, base_tok), ("trained", trained, trained_tok))
         }
         decodings[decoding] = _compare_block(decoding, comps[decoding], rows, graded)
-    primary = decodings[cfg.primary]
+    primary = decodings[eval_settings.primary]
     correct = primary.pop("_correct")
     for block in decodings.values():
         block.pop("_correct", None)
@@ -119,20 +131,22 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         "n_prompts": len(rows),
         "skipped_rows": skipped,
         "accuracy_applicable": graded,
-        DECODING: cfg.primary,
+        DECODING: eval_settings.primary,
         **primary,
         DECODINGS_KEY: decodings,
     }
-    texts = {name: c.texts for name, c in comps[cfg.primary].items()}
+    texts = {name: c.texts for name, c in comps[eval_settings.primary].items()}
     scores = None
     if args.reward_model:
         from prefpipe.reward.model import load_reward_model
 
         rm = load_reward_model(args.reward_model, device=str(next(trained.parameters()).device))
-        rm_block = _reward_model_block(rm, rows, texts["base"], texts["trained"], cfg.reward_batch_size)
+        rm_block = _reward_model_block(
+            rm, rows, texts["base"], texts["trained"], eval_settings.reward_batch_size
+        )
         scores = rm_block.pop("_scores")
         summary[REWARD_MODEL] = rm_block | {"folder": str(args.reward_model)}
-    if cfg.kl_estimate:
+    if eval_settings.kl_estimate:
         if base_tok.get_vocab() != trained_tok.get_vocab():
             summary[KL_TO_BASE] = {"skipped": "base and trained tokenizers differ"}
         else:
@@ -141,9 +155,9 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
                 base,
                 trained_tok,
                 prompts,
-                cfg.max_new_tokens,
-                cfg.batch_size,
-                cfg.max_prompt_length,
+                eval_settings.max_new_tokens,
+                eval_settings.batch_size,
+                eval_settings.max_prompt_length,
                 run_settings.seed,
                 run_settings.fast_paths,
             )
