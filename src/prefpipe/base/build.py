@@ -94,41 +94,32 @@ def chosen_replies(pairs_path: Path) -> list[dict]:
     ]
 
 
-def build(
-    settings: BaseSettings, data_dir: Path, out: Path, record: RunRecord, pretrained: str | None = None
-) -> dict[str, Any]:
-    """Run the stage; return the summary."""
-    seed = settings.seed
-    seed_everything(seed)
-    timings: dict[str, float] = {}
-    t0 = time.time()
-    model, tokenizer, info = make_model(settings, data_dir, pretrained)
-    timings["build_s"] = time.time() - t0
+def _sft(model, tokenizer, settings: BaseSettings, data_dir: Path, record: RunRecord) -> dict[str, Any]:
+    """Supervised fine-tuning on the demonstrations (and chosen replies, when asked); its summary."""
     sft_settings = settings.sft
     sft_summary: dict[str, Any] = {"enabled": sft_settings.enabled}
-    if sft_settings.enabled:
-        t0 = time.time()
-        rows = read_jsonl(data_dir / "demonstrations.jsonl")
-        chosen = chosen_replies(data_dir / "pairs_train.jsonl") if sft_settings.chosen_from_pairs else []
-        data = encode_demonstrations(tokenizer, rows + chosen, sft_settings.max_length)
-        log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
-        sft_summary |= {
-            "examples": len(data.examples),
-            "demonstrations": len(rows),
-            "chosen_from_pairs": len(chosen),
-            "skipped": dict(data.skipped),
-        }
-        sft_summary |= train_sft(model, data, sft_settings, tokenizer.pad_token_id, seed, log_step=record.log)
-        timings["sft_s"] = time.time() - t0
-    model.eval()
-    with atomic_dir(out / "model") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    t0 = time.time()
+    if not sft_settings.enabled:
+        return sft_summary
+    rows = read_jsonl(data_dir / "demonstrations.jsonl")
+    chosen = chosen_replies(data_dir / "pairs_train.jsonl") if sft_settings.chosen_from_pairs else []
+    data = encode_demonstrations(tokenizer, rows + chosen, sft_settings.max_length)
+    log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
+    sft_summary |= {
+        "examples": len(data.examples),
+        "demonstrations": len(rows),
+        "chosen_from_pairs": len(chosen),
+        "skipped": dict(data.skipped),
+    }
+    return sft_summary | train_sft(
+        model, data, sft_settings, tokenizer.pad_token_id, settings.seed, log_step=record.log
+    )
+
+
+def _heldout(model, tokenizer, settings: BaseSettings, data_dir: Path, out: Path, record: RunRecord) -> dict:
+    """Held-out verifier accuracy of the finished base policy (samples to heldout_samples.jsonl)."""
     heldout_rows = read_jsonl(data_dir / "rl_prompts_heldout.jsonl")
-    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, settings.heldout_eval, seed)
+    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, settings.heldout_eval, settings.seed)
     write_jsonl(out / "heldout_samples.jsonl", samples)
-    timings["heldout_eval_s"] = time.time() - t0
     record.log(
         step=None,
         heldout_sampled_accuracy=heldout["sampled_accuracy"],
@@ -143,6 +134,29 @@ def build(
         )
     else:
         log.info("held-out accuracy: %s (n=%d)", heldout["not_applicable"], heldout["n"])
+    return heldout
+
+
+def build(
+    settings: BaseSettings, data_dir: Path, out: Path, record: RunRecord, pretrained: str | None = None
+) -> dict[str, Any]:
+    """Run the stage; return the summary."""
+    seed_everything(settings.seed)
+    timings: dict[str, float] = {}
+    t0 = time.time()
+    model, tokenizer, info = make_model(settings, data_dir, pretrained)
+    timings["build_s"] = time.time() - t0
+    t0 = time.time()
+    sft_summary = _sft(model, tokenizer, settings, data_dir, record)
+    if settings.sft.enabled:
+        timings["sft_s"] = time.time() - t0
+    model.eval()
+    with atomic_dir(out / "model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    t0 = time.time()
+    heldout = _heldout(model, tokenizer, settings, data_dir, out, record)
+    timings["heldout_eval_s"] = time.time() - t0
     return {
         "source": settings.source,
         **info,

@@ -96,12 +96,13 @@ def _recorded(frame: pd.DataFrame, metric: str) -> bool:
     return metric in frame and frame[metric].notna().any()
 
 
-def check_run(
-    run: str, frame: pd.DataFrame, t: Thresholds, only: tuple[str, ...] | None = None
-) -> list[Flag]:
-    """The checks (all, or those named in `only`) for one run's metrics (canonical columns)."""
-    frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
-    kl = _kl_metric(frame)
+Check = tuple[
+    str, str, str, Callable[[int, float, pd.Series], bool]
+]  # name, metric, rule text, bad(i, v, history)
+
+
+def _checks(t: Thresholds, kl: str) -> list[Check]:
+    """Every threshold check, in the order the report lists them (`kl`: the KL column the run recorded)."""
     w = t.baseline_window
 
     def kl_spike(_: int, value: float, history: pd.Series) -> bool:
@@ -112,7 +113,7 @@ def check_run(
         base = _median_before(history, w)
         return base is not None and base > 0 and value > t.grad_norm_spike_factor * base
 
-    checks: list[tuple[str, str, str, Callable[[int, float, pd.Series], bool]]] = [
+    return [
         ("KL above limit", kl, f"> {t.kl_mean_max:g}", lambda _i, v, _h: v > t.kl_mean_max),
         (
             "KL spike",
@@ -158,8 +159,15 @@ def check_run(
             lambda _i, v, _h: v > t.prompt_loss_share_max,
         ),
     ]
+
+
+def check_run(
+    run: str, frame: pd.DataFrame, t: Thresholds, only: tuple[str, ...] | None = None
+) -> list[Flag]:
+    """The checks (all, or those named in `only`) for one run's metrics (canonical columns)."""
+    frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
     flags = [nonfinite_flag(run, frame)] if only is None or "non-finite" in only else []
-    for name, metric, rule, bad in checks:
+    for name, metric, rule, bad in _checks(t, _kl_metric(frame)):
         if only is not None and name not in only:
             continue
         if not _recorded(frame, metric):

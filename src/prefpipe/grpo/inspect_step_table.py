@@ -23,7 +23,7 @@ from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.losses import BatchNorms, aggregate, clipped_surrogate
 from prefpipe.grpo.reference import ReferencePolicy
 from prefpipe.grpo.rollout import Rollout
-from prefpipe.grpo.spans import loss_spans
+from prefpipe.grpo.spans import Span, loss_spans
 from prefpipe.settings.grpo import GrpoSettings
 
 
@@ -78,6 +78,92 @@ def _groups(rows, rewards, parts, advantages, settings: GrpoSettings, texts) -> 
     return out
 
 
+@dataclass
+class SpanLoss:
+    """One micro-batch's first-pass loss terms per scored token (span layout)."""
+
+    logp: torch.Tensor
+    ref: torch.Tensor | None
+    clip: dict[str, torch.Tensor]
+    k3: torch.Tensor | None
+    per_token: torch.Tensor
+    contribution: torch.Tensor  # d loss / d l_t * l_t
+    loss: float
+
+
+def _span_loss(
+    settings: GrpoSettings,
+    policy: torch.nn.Module,
+    reference: ReferencePolicy | None,
+    inputs: tuple[torch.Tensor, torch.Tensor],
+    sp: Span,
+    adv: torch.Tensor,
+    norms: BatchNorms,
+) -> SpanLoss:
+    """The trainer's loss on one span, recomputed with its own functions, and each token's weight in it."""
+    with torch.no_grad():
+        logp = completion_logprobs(policy, *inputs, sp.n_scored, settings.temperature)[0]
+        ref = None
+        if settings.kl_to_reference:
+            ref = reference.logprobs(*inputs, sp.n_scored, settings.temperature)
+    surrogate, clip = clipped_surrogate(
+        logp, logp, adv, sp.mask, settings.epsilon_low, settings.epsilon_high, settings.log_ratio_clamp
+    )
+    per_token = surrogate
+    k3 = None
+    if ref is not None:
+        per_token = per_token + settings.beta * per_token_kl(
+            logp, ref, sp.mask, settings.kl_estimator, settings.log_ratio_clamp
+        )
+        k3 = per_token_kl(logp, ref, sp.mask, "k3", settings.log_ratio_clamp)
+    leaf = per_token.detach().clone().requires_grad_(True)
+    span_loss = aggregate(leaf, sp.mask, settings.loss_type, norms)
+    (weight,) = torch.autograd.grad(span_loss, leaf)
+    contribution = weight * per_token.detach()
+    return SpanLoss(logp, ref, clip, k3, per_token, contribution, float(span_loss.detach()))
+
+
+def _role(rollout: Rollout, sp: Span, r: int, t: int) -> str | None:
+    """prompt | completion | post_eos for scored token t of span row r; None for a token not shown (left
+    padding, or post-EOS tokens without loss)."""
+    row, position = sp.rows.start + r, t - sp.n_prompt
+    if position < 0:
+        return "prompt" if int(rollout.prompt_mask[row, t + 1]) else None
+    role = "completion" if int(rollout.completion_mask[row, position]) else "post_eos"
+    return None if role == "post_eos" and not int(sp.mask[r, t]) else role
+
+
+def _token_rows(tokenizer, rollout: Rollout, sp: Span, adv: torch.Tensor, terms: SpanLoss) -> list[TokenRow]:
+    span_ids = rollout.input_ids[sp.rows, sp.width - sp.n_scored : sp.width]
+    out = []
+    for r in range(span_ids.shape[0]):
+        for t in range(sp.n_scored):
+            role = _role(rollout, sp, r, t)
+            if role is None:
+                continue
+            on = int(sp.mask[r, t])
+            out.append(
+                TokenRow(
+                    completion=sp.rows.start + r,
+                    position=t - sp.n_prompt,
+                    token=tokenizer.decode([int(span_ids[r, t])], skip_special_tokens=False),
+                    role=role,
+                    mask=on,
+                    logp=float(terms.logp[r, t]),
+                    ref_logp=None if terms.ref is None else float(terms.ref[r, t]),
+                    ratio=float(terms.clip["ratio"][r, t]),
+                    clipped="low"
+                    if terms.clip["low"][r, t]
+                    else ("high" if terms.clip["high"][r, t] else ""),
+                    advantage=float(adv[r]),
+                    kl_k3=None if terms.k3 is None else float(terms.k3[r, t]),
+                    loss=float(terms.per_token[r, t]) * on,
+                    contribution=float(terms.contribution[r, t]),
+                )
+            )
+    return out
+
+
 def step_table(
     settings: GrpoSettings,
     policy: torch.nn.Module,
@@ -95,60 +181,11 @@ def step_table(
     norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), settings.max_new_tokens)
     table = StepTable(step, settings.loss_type, settings.beta, norms.num_tokens, n, 0.0)
     policy.train()  # the trainer scores in train mode
-    ids = rollout.input_ids
     for sp in spans:
-        with torch.no_grad():
-            logp = completion_logprobs(policy, *sp.inputs(rollout), sp.n_scored, settings.temperature)[0]
-            ref = None
-            if settings.kl_to_reference:
-                ref = reference.logprobs(*sp.inputs(rollout), sp.n_scored, settings.temperature)
         adv = advantages[sp.rows].float()
-        surrogate, clip = clipped_surrogate(
-            logp, logp, adv, sp.mask, settings.epsilon_low, settings.epsilon_high, settings.log_ratio_clamp
-        )
-        per_token = surrogate
-        k3 = None
-        if ref is not None:
-            per_token = per_token + settings.beta * per_token_kl(
-                logp, ref, sp.mask, settings.kl_estimator, settings.log_ratio_clamp
-            )
-            k3 = per_token_kl(logp, ref, sp.mask, "k3", settings.log_ratio_clamp)
-        leaf = per_token.detach().clone().requires_grad_(True)
-        span_loss = aggregate(leaf, sp.mask, settings.loss_type, norms)
-        (weight,) = torch.autograd.grad(span_loss, leaf)
-        contribution = weight * per_token.detach()
-        table.table_loss += float(span_loss.detach())
-        span_ids = ids[sp.rows, sp.width - sp.n_scored : sp.width]
-        for r in range(span_ids.shape[0]):
-            row = sp.rows.start + r
-            for t in range(sp.n_scored):
-                position = t - sp.n_prompt
-                if position < 0:
-                    if not int(rollout.prompt_mask[row, t + 1]):
-                        continue  # left padding
-                    role = "prompt"
-                else:
-                    role = "completion" if int(rollout.completion_mask[row, position]) else "post_eos"
-                    if role == "post_eos" and not int(sp.mask[r, t]):
-                        continue
-                on = int(sp.mask[r, t])
-                table.tokens.append(
-                    TokenRow(
-                        completion=row,
-                        position=position,
-                        token=tokenizer.decode([int(span_ids[r, t])], skip_special_tokens=False),
-                        role=role,
-                        mask=on,
-                        logp=float(logp[r, t]),
-                        ref_logp=None if ref is None else float(ref[r, t]),
-                        ratio=float(clip["ratio"][r, t]),
-                        clipped="low" if clip["low"][r, t] else ("high" if clip["high"][r, t] else ""),
-                        advantage=float(adv[r]),
-                        kl_k3=None if k3 is None else float(k3[r, t]),
-                        loss=float(per_token[r, t]) * on,
-                        contribution=float(contribution[r, t]),
-                    )
-                )
+        terms = _span_loss(settings, policy, reference, sp.inputs(rollout), sp, adv, norms)
+        table.table_loss += terms.loss
+        table.tokens += _token_rows(tokenizer, rollout, sp, adv, terms)
     return table
 
 

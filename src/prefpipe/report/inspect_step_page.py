@@ -1,12 +1,12 @@
-"""The one-step inspector's page (prefpipe.inspect_grpo; the table from grpo/inspect_step_table.py): the step's loss recomputed from the table next to the
-trainer's, the group rewards and advantages, then one token table per completion. Rendered with the report's
-own HTML and Markdown writers."""
+"""The one-step inspector's page (prefpipe.inspect_grpo; the table from grpo/inspect_step_table.py): the
+step's loss recomputed from the table next to the trainer's, the group rewards and advantages, then one token
+table per completion. Rendered with the report's own HTML and Markdown writers."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from prefpipe.grpo.inspect_step_table import StepTable
+from prefpipe.grpo.inspect_step_table import StepTable, TokenRow
 from prefpipe.report.document import Document, Paragraph, Section, Table
 from prefpipe.report.stats import NA, num
 
@@ -19,11 +19,9 @@ def _token(text: str) -> str:
     return repr(text)[1:-1] or "∅"
 
 
-def build_page(
-    table: StepTable, run: str, trainer_loss: float | None, source: str, limit: int | None
-) -> Document:
+def _overview(table: StepTable, trainer_loss: float | None) -> Table:
     diff = None if trainer_loss is None else abs(table.table_loss - trainer_loss)
-    overview = Table(
+    return Table(
         "Loss of the step",
         ["Quantity", "Value"],
         [
@@ -39,6 +37,9 @@ def build_page(
         "the aggregation is linear, so the contributions sum to the loss.",
         anchor="loss",
     )
+
+
+def _groups(table: StepTable) -> Section:
     groups = [
         [
             g["prompt_id"],
@@ -51,22 +52,65 @@ def build_page(
         ]
         for g in table.groups
     ]
-    sections = [
-        Section("Step", [Paragraph(source), overview], "step"),
-        Section(
-            "Groups",
+    return Section(
+        "Groups",
+        [
+            Table(
+                "Rewards and advantages per prompt group",
+                ["Prompt id", "Prompt", "Answer", "Rewards", "Mean", "Std", "Advantages"],
+                groups,
+                "Advantage = (reward - group mean), divided by the group std + eps under scale_rewards group.",
+                anchor="groups-table",
+            )
+        ],
+        "groups",
+    )
+
+
+TOKEN_COLUMNS = [
+    "Pos",
+    "Token",
+    "Role",
+    "Mask",
+    "log pi",
+    "log ref",
+    "Ratio",
+    "Clipped",
+    "A",
+    "KL k3",
+    "Contribution",
+]
+
+
+def _completion_table(row: int, tokens: list[TokenRow]) -> Table:
+    total = sum(t.contribution for t in tokens)
+    return Table(
+        f"Completion {row} (advantage {tokens[0].advantage:+.4g}, contribution {total:.4g})",
+        TOKEN_COLUMNS,
+        [
             [
-                Table(
-                    "Rewards and advantages per prompt group",
-                    ["Prompt id", "Prompt", "Answer", "Rewards", "Mean", "Std", "Advantages"],
-                    groups,
-                    "Advantage = (reward - group mean), divided by the group std + eps under scale_rewards group.",
-                    anchor="groups-table",
-                )
-            ],
-            "groups",
-        ),
-    ]
+                str(t.position),
+                _token(t.token),
+                t.role,
+                str(t.mask),
+                f"{t.logp:.4f}",
+                _f(t.ref_logp),
+                f"{t.ratio:.4f}",
+                t.clipped or "no",
+                f"{t.advantage:+.4g}",
+                _f(t.kl_k3),
+                f"{t.contribution:.3e}",
+            ]
+            for t in tokens
+        ],
+        row_classes=["flag" if t.role == "prompt" and t.mask else "" for t in tokens],
+    )
+
+
+def build_page(
+    table: StepTable, run: str, trainer_loss: float | None, source: str, limit: int | None
+) -> Document:
+    sections = [Section("Step", [Paragraph(source), _overview(table, trainer_loss)], "step"), _groups(table)]
     by_completion = defaultdict(list)
     for t in table.tokens:
         by_completion[t.completion].append(t)
@@ -77,41 +121,6 @@ def build_page(
                 Paragraph(f"{len(by_completion) - limit} more completions left out (--completions).", "note")
             )
             break
-        total = sum(t.contribution for t in tokens)
-        blocks.append(
-            Table(
-                f"Completion {row} (advantage {tokens[0].advantage:+.4g}, contribution {total:.4g})",
-                [
-                    "Pos",
-                    "Token",
-                    "Role",
-                    "Mask",
-                    "log pi",
-                    "log ref",
-                    "Ratio",
-                    "Clipped",
-                    "A",
-                    "KL k3",
-                    "Contribution",
-                ],
-                [
-                    [
-                        str(t.position),
-                        _token(t.token),
-                        t.role,
-                        str(t.mask),
-                        f"{t.logp:.4f}",
-                        _f(t.ref_logp),
-                        f"{t.ratio:.4f}",
-                        t.clipped or "no",
-                        f"{t.advantage:+.4g}",
-                        _f(t.kl_k3),
-                        f"{t.contribution:.3e}",
-                    ]
-                    for t in tokens
-                ],
-                row_classes=["flag" if t.role == "prompt" and t.mask else "" for t in tokens],
-            )
-        )
+        blocks.append(_completion_table(row, tokens))
     sections.append(Section("Tokens", blocks, "tokens"))
     return Document(f"GRPO step {table.step} of run {run}", source, sections)
