@@ -23,6 +23,7 @@ from prefpipe.data.answers import normalize_number
 from prefpipe.data.calculator_steps import DERIVERS
 from prefpipe.data.normalize import RawRecord
 from prefpipe.data.sources import open_records
+from prefpipe.data.verifier import check_verifier
 from prefpipe.settings.data import NO_VERIFIER, PromptSourceSettings
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ def load_rl_prompt_rows(
     cfg: PromptSourceSettings, bad_rows: str, seed: int
 ) -> tuple[list[dict], list[dict], dict]:
     """(train rows, held-out rows, report) from `data.prompts` (a non-synthetic source)."""
+    check_verifier(cfg)
     train, train_report = _read(cfg, "path", cfg.path, cfg.split, bad_rows)
     if cfg.source == "hf":
         heldout, heldout_report = _read(cfg, "path", cfg.path, cfg.test_split, bad_rows)

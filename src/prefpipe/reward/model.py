@@ -28,7 +28,7 @@ from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
 from prefpipe.reward.batching import plan_batches
 from prefpipe.reward.collate import PairEncoder, TokenizedRow
-from prefpipe.reward.heads import RewardHead, build_head
+from prefpipe.reward.heads import RewardHead, build_head, check_head_settings
 from prefpipe.reward.lean_encode import final_states_at, lean_core
 from prefpipe.reward.pooling import (
     first_token_index,
@@ -424,7 +424,9 @@ class RewardModel(nn.Module):
 
 def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
     """Fresh reward model for training: backbone (+ LoRA) from `base` (backbone.model resolved: the base
-    model's folder, another folder or a hub id), new head, fixed tokenizer."""
+    model's folder, another folder or a hub id), new head, fixed tokenizer. The head settings are checked
+    first (a stage started by hand gets the registry's check before anything loads)."""
+    check_head_settings(settings.head)
     bb.offline_hint()
     s = settings.backbone
     config = bb.load_config(base, s.trust_remote_code)

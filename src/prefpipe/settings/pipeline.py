@@ -2,8 +2,10 @@
 
 The Snakefile builds one `PipelineSettings` from Snakemake's `config` and every rule asks it for what it
 needs (targets, a stage's settings, resources); a stage process gets its stage's settings as JSON and rebuilds
-the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build theirs through `load_config` + `PipelineSettings`, so
-nothing anywhere falls back to a value written in code.
+the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build
+theirs through `load_config` + `PipelineSettings`, so nothing anywhere falls back to a value written in code.
+Checks that need a registry of a higher layer (reward heads, verifiers, GRPO reward sources) are not made
+here: prefpipe.config_checks runs them on the built settings.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
-from prefpipe.settings.data import NO_VERIFIER, DataSettings
+from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
@@ -128,7 +130,6 @@ class PipelineSettings:
             _check_model_ref(
                 settings.backbone.model, f"reward.variants.{name}.backbone.model", models, allow_base=True
             )
-        _check_prompt_answers(cfg["data"]["prompts"]["verifier"], grpo)
         data_map = {key: cfg["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
         benchmarks = _benchmarks(cfg["eval"]["benchmarks"], cfg["data"]["source"])
         cfg["eval"]["benchmarks"] = benchmarks
@@ -242,22 +243,6 @@ def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> Non
             raise ConfigError(f"grpo.hypotheses.tests.{name}.runs: {missing} are not trained runs ({runs})")
         if settings.baseline in test.runs:
             raise ConfigError(f"grpo.hypotheses.tests.{name}.runs holds the baseline {settings.baseline!r}")
-
-
-def _check_prompt_answers(verifier: str, runs: dict[str, GrpoSettings]) -> None:
-    """Prompts without answers (data.prompts.verifier: none) cannot feed a reward that reads answers."""
-    if verifier != NO_VERIFIER or not runs:
-        return
-    from prefpipe.grpo.rewards import answer_reward_keys  # imports torch: only on this rare path
-
-    for name, settings in runs.items():
-        keys = answer_reward_keys(settings.rewards)
-        if keys:
-            where = ", ".join(f"grpo.runs.{name}.{key.removeprefix('grpo.')}" for key in keys)
-            raise ConfigError(
-                f"{where} needs prompt answers, but data.prompts.verifier is {NO_VERIFIER!r} (prompts "
-                "without answers): use reward_model (or format) rewards only, or give the prompts answers"
-            )
 
 
 # The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage

@@ -44,6 +44,12 @@ def get_head_class(name: str) -> type[RewardHead]:
     return HEADS[name]
 
 
+def check_head_settings(settings: HeadSettings) -> None:
+    """What the schema cannot say about `head.*`: the type is registered and the head accepts its keys
+    (`RewardHead.check_settings`); ConfigError naming the key relative to the variant (`head.type`, ...)."""
+    get_head_class(settings.type).check_settings(settings)
+
+
 def build_head(settings: HeadSettings, input_size: int, prompt_size: int) -> RewardHead:
     """A fresh head of type `settings.type` reading features of width `input_size` and prompt states of width
     `prompt_size`; with head.standardize it carries the (identity until fitted) `input_norm` buffers."""
@@ -66,4 +72,13 @@ def _import_heads() -> None:
 
 _import_heads()
 
-__all__ = ["HEADS", "Encoding", "RewardHead", "build_head", "get_head_class", "pair_loss", "register"]
+__all__ = [
+    "HEADS",
+    "Encoding",
+    "RewardHead",
+    "build_head",
+    "check_head_settings",
+    "get_head_class",
+    "pair_loss",
+    "register",
+]

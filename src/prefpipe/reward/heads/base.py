@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
+# The heads' check_settings raise through `require`: ConfigError naming the dotted key.
+from prefpipe.common.config import require  # noqa: F401
 from prefpipe.reward.losses import LossParts, preference_nll
-
-# The settings layer's check for the heads' check_settings: ConfigError naming the dotted key.
-from prefpipe.settings.reward import require  # noqa: F401
 
 if TYPE_CHECKING:
     from prefpipe.settings.reward import HeadSettings
