@@ -82,8 +82,7 @@ class ModelSpec:
         data = asdict(self)
         data["format_version"] = FORMAT_VERSION
         data["head_input_size"] = self.head_input_size
-        data["head_type"] = self.head.type
-        data["tau"] = self.head.tau
+        data["head_type"] = self.head.type  # tau is stored once, under head (older folders also had it here)
         data["chat"] = {
             "formatter": "prefpipe.common.chat.format_pair",
             "chat_template": has_chat_template(tokenizer),
@@ -415,7 +414,7 @@ class RewardModel(nn.Module):
         self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """P(a > b): sigmoid(s / tau) for point heads; Monte Carlo over the posterior for Bayesian heads."""
-        return self.head.preference_prob(self.spec.head, enc_a, enc_b, n_samples, generator)
+        return self.head.preference_prob(enc_a, enc_b, n_samples, generator)
 
     def rewards(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
         """The scalar reward r(x, y) per encoded row (heads with scalar_reward only, e.g. BT)."""

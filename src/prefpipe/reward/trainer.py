@@ -255,7 +255,7 @@ class RewardTrainer:
 
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
         """One optimizer step (ga micro-batches per process); returns the reduced metrics row."""
-        s, t, acc = self.settings, self.settings.train, self.acc
+        t, acc = self.settings.train, self.acc
         chosen, rejected = rows
         t0 = time.time()
         per_proc = t.batch_size // acc.num_processes
@@ -269,8 +269,8 @@ class RewardTrainer:
             batch = self._micro_batch([chosen[i] for i in micro], [rejected[i] for i in micro])
             with acc.accumulate(model):
                 out = model(**to_device(batch, acc.device))
-                parts = self.rm.head.training_loss(
-                    s.head, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
+                parts = self.rm.head.loss(
+                    {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
                 )
                 acc.backward(parts.loss)
                 if acc.sync_gradients:
@@ -279,12 +279,11 @@ class RewardTrainer:
                 optimizer.step()
                 optimizer.zero_grad()
             beta = parts.kl_beta
-            prob = torch.sigmoid(parts.score / s.head.tau)
             values = [
                 parts.preference_loss * n,
                 parts.kl_loss * n,
                 parts.loss * n,
-                prob.sum(),
+                parts.prob.sum(),
                 (parts.score > 0).sum(),
             ]
             sums += torch.stack([v.detach().double() for v in values] + [sums.new_tensor(n)])
