@@ -36,7 +36,8 @@ def sanity_eval(model_dir: Path, settings: RewardSettings, train_pairs: list, te
     model through the shared loader; {} when both are off (nothing is loaded)."""
     if not (settings.eval.test_pairs or settings.eval.train_pairs):
         return {}
-    rm = load_reward_model(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rm = load_reward_model(model_dir, device=device, fast_paths=settings.fast_paths)
     result = {}
     if settings.eval.test_pairs:
         result["test"] = pair_accuracy(rm, test_pairs, settings.eval.batch_size)

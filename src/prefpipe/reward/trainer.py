@@ -26,8 +26,9 @@ from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
-from prefpipe.reward import head_fit, shared_prompt
+from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
+from prefpipe.reward.fast import shared_prompt
 from prefpipe.reward.model import RewardModel
 from prefpipe.reward.pairs import Pair
 from prefpipe.settings.reward import RewardSettings, accumulation_steps

@@ -17,6 +17,9 @@ variant apply as usual; attention is torch SDPA with the explicit mask the calle
 the key padding mask for plain rows, `causal_allowed`; the shared-prompt mask for `shared_prompt` rows). Only
 Llama-architecture layers are recognised (`last_layer`); anything else keeps the plain path. A test compares
 scores, losses and gradients with the plain path.
+
+Plain path it must match: the backbone's own forward over every position of the last layer
+(RewardModel.features with `selected_last_layer` False). Proof: tests/test_reward_selected_last_layer.py.
 """
 
 from __future__ import annotations
