@@ -145,10 +145,11 @@ def load_reward_model(
     folder: str | os.PathLike,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
-    fast_paths: bool = True,
+    fast_paths: bool | None = None,
 ) -> RewardModel:
-    """Load a saved reward model in eval mode on `device` (the only loader evaluation and GRPO use);
-    `fast_paths` is the run-wide setting (RewardModel.set_fast_paths)."""
+    """Load a saved reward model in eval mode on `device` (the only loader evaluation and GRPO use).
+    `fast_paths`: the stage's run-wide setting (RewardModel.set_fast_paths); None leaves the model's paths
+    as built (all fast)."""
     folder = Path(folder)
     config_path = folder / HEAD_CONFIG
     if not config_path.exists():
@@ -178,7 +179,10 @@ def load_reward_model(
             scorer = AutoModel.from_pretrained(
                 folder / likelihood.FOLDER, dtype=dtype, trust_remote_code=False
             )
-    return RewardModel(backbone, head, tokenizer, spec, scorer).set_fast_paths(fast_paths).to(device).eval()
+    rm = RewardModel(backbone, head, tokenizer, spec, scorer)
+    if fast_paths is not None:
+        rm.set_fast_paths(fast_paths)
+    return rm.to(device).eval()
 
 
 def load_finetuned_head(folder: str | os.PathLike, rm: RewardModel) -> RewardHead | None:

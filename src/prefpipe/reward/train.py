@@ -25,7 +25,8 @@ from prefpipe.reward.length_balance import balance_by_length
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs
 from prefpipe.reward.sanity_accuracy import pair_accuracy
-from prefpipe.reward.trainer import RewardTrainer, make_accelerator
+from prefpipe.reward.train_setup import make_accelerator
+from prefpipe.reward.trainer import RewardTrainer
 from prefpipe.settings.reward import RewardSettings
 
 log = logging.getLogger("prefpipe.train_reward")
