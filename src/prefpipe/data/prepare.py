@@ -15,6 +15,7 @@ from prefpipe.data.normalize import train_test_overlap
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
+from prefpipe.settings.sections import subset_sections
 
 log = logging.getLogger("prefpipe.prep_data")
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
@@ -42,16 +43,10 @@ def check_sections(
 
     `strict` (synthetic world): every mapped name must exist and every generated subset must be mapped.
     """
-    mapped: dict[str, str] = {}
     for section, names in sections.items():
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"data.sections.{section} must be a list of subset names")
-        for name in names:
-            if name in mapped:
-                raise ConfigError(
-                    f"data.sections: subset {name!r} is in both {mapped[name]!r} and {section!r}"
-                )
-            mapped[name] = section
+    mapped = subset_sections(sections, "data.sections")
     for name in cyclic:
         if name in mapped:
             raise ConfigError(f"data.cyclic_subsets: {name!r} is also in section {mapped[name]!r}")
