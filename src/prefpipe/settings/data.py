@@ -89,9 +89,8 @@ class PromptSourceSettings:
         return self.verifier != NO_VERIFIER
 
     def check(self) -> None:
-        """What the schema cannot say; errors name the key (build_stage prefixes `data.`)."""
-        from prefpipe.data.verifier import VERIFIERS  # light (no torch); the registry owns the names
-
+        """What the schema cannot say; errors name the key (build_stage prefixes `data.`). Whether
+        `verifier` is registered is the data layer's to say (prefpipe.data.verifier.check_verifier)."""
         if self.source == "synthetic":
             return
         if not self.path:
@@ -110,11 +109,6 @@ class PromptSourceSettings:
             raise ConfigError(
                 f"prompts.split and prompts.test_split are both {self.split!r}: held-out prompts need "
                 "another split"
-            )
-        if self.has_answers and self.verifier not in VERIFIERS:
-            raise ConfigError(
-                f"prompts.verifier {self.verifier!r} is not a registered verifier "
-                f"({sorted(VERIFIERS)}) or {NO_VERIFIER!r}"
             )
         if self.has_answers and self.answer_field is None and self.derive is None:
             raise ConfigError(
