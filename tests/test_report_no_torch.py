@@ -1,6 +1,6 @@
 """The report stage is CPU-only and reads files: it must run (import and a whole report on a fixture tree) in an
 interpreter where torch, transformers, peft and accelerate cannot be imported at all. Its metric names come from
-torch-free modules (grpo/metric_names.py, reward/metric_names.py, evaluation/summary_keys.py); the run record's
+torch-free modules (grpo/metric_names.py, reward/metrics.py, evaluation/summary_keys.py); the run record's
 device facts skip torch when it is missing (common/run_record.py). Run in a fresh interpreter, as the workflow
 runs the stage, with an import hook that refuses those packages and counts each attempt."""
 

@@ -9,7 +9,7 @@ from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.sections.calibration import groups
 from prefpipe.report.stats import num
-from prefpipe.reward import metric_names as rt
+from prefpipe.reward import metrics as rt
 
 TITLE, ANCHOR = "Reward-model training", "reward-training"
 PANELS = (
