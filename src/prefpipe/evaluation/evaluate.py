@@ -85,6 +85,40 @@ def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     return evaluate_model(model, settings, args.data, args.out, model_label=str(args.model), device=device)
 
 
+def _score_benchmark(
+    model: PairScorer,
+    settings: EvalSettings,
+    name: str,
+    benchmark: tuple[list[dict], dict[str, Any], str, SectionTable | None],
+    device: str,
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+    """(per-example frame, summary, timing) of one benchmark."""
+    rows, load_report, fmt, table = benchmark
+    bench_settings = settings.eval
+    log.info("benchmark %s (%s): %d rows from %s", name, fmt, len(rows), load_report["source"])
+    scorer = evaluate_rewardbench2 if fmt == REWARDBENCH2 else evaluate_rows
+    frame, summary = scorer(
+        model,
+        rows,
+        table,
+        batch_size=bench_settings.batch_size,
+        n_bins=bench_settings.calibration_bins,
+        coverages=bench_settings.selective_coverages,
+        mc_samples=bench_settings.mc_samples,
+        seed=settings.seed,
+    )
+    summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
+    timing = {key: summary.pop(key, None) for key in TIMING_KEYS}
+    log.info(
+        "benchmark %s: overall %s, ECE %.4f, %.1f pairs/s",
+        name,
+        summary["overall"],
+        summary["calibration"]["ece"],
+        timing["pairs_per_second"] or 0.0,
+    )
+    return frame, summary, timing
+
+
 def evaluate_model(
     model: PairScorer,
     settings: EvalSettings,
@@ -94,35 +128,21 @@ def evaluate_model(
     device: str,
 ) -> dict[str, Any]:
     """Evaluate an already loaded model (any object with the reward-model API); write and return summaries."""
-    ecfg = settings.eval
+    benchmarks = settings.eval.benchmarks
     out_dir = Path(out_dir)
     order = list(settings.benchmark_order)
-    if sorted(order) != sorted(ecfg.benchmarks):
+    if sorted(order) != sorted(benchmarks):
         raise ConfigError(
-            f"benchmark_order {order} does not name the benchmarks of eval.benchmarks ({sorted(ecfg.benchmarks)})"
+            f"benchmark_order {order} does not name the benchmarks of eval.benchmarks ({sorted(benchmarks)})"
         )
     # Read and check every benchmark before scoring any, so bad data fails fast.
-    loaded = {name: _load(name, ecfg.benchmarks[name], settings, data_dir) for name in order}
+    loaded = {name: _load(name, benchmarks[name], settings, data_dir) for name in order}
     record = RunRecord(out_dir, "eval_rewardbench", to_mapping(settings))
-
     per_benchmark: dict[str, dict[str, Any]] = {}
     timing: dict[str, dict[str, Any]] = {}  # speed figures: timing.json, so summaries are reproducible bytes
     frames = []
-    for name, (rows, load_report, fmt, table) in loaded.items():
-        log.info("benchmark %s (%s): %d rows from %s", name, fmt, len(rows), load_report["source"])
-        scorer = evaluate_rewardbench2 if fmt == REWARDBENCH2 else evaluate_rows
-        frame, summary = scorer(
-            model,
-            rows,
-            table,
-            batch_size=ecfg.batch_size,
-            n_bins=ecfg.calibration_bins,
-            coverages=ecfg.selective_coverages,
-            mc_samples=ecfg.mc_samples,
-            seed=settings.seed,
-        )
-        summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
-        timing[name] = {key: summary.pop(key, None) for key in TIMING_KEYS}
+    for name, benchmark in loaded.items():
+        frame, summary, timing[name] = _score_benchmark(model, settings, name, benchmark, device)
         write_parquet_atomic(frame, out_dir / name / "per_example.parquet")
         atomic_write_json(out_dir / name / "summary.json", redact(summary))
         frames.append(frame.assign(benchmark=name))
@@ -134,14 +154,6 @@ def evaluate_model(
             ece=summary["calibration"]["ece"],
             pairs_per_second=timing[name]["pairs_per_second"],
         )
-        log.info(
-            "benchmark %s: overall %s, ECE %.4f, %.1f pairs/s",
-            name,
-            summary["overall"],
-            summary["calibration"]["ece"],
-            timing[name]["pairs_per_second"] or 0.0,
-        )
-
     write_parquet_atomic(pd.concat(frames, ignore_index=True), out_dir / "per_example.parquet")
     primary = order[0]
     top = {
