@@ -25,6 +25,10 @@ class SyntheticWorldSettings:
     demo_habit_kinds: list[str]
     demo_habit_rate: float
     kinds: list[str]
+    # Opt-in uncertainty switches (prefpipe.data.synthetic_noise): subset -> share of its training labels
+    # flipped, and the subsets with no training pairs (marked unfamiliar in the test pairs).
+    label_noise: dict[str, float]
+    unfamiliar_subsets: list[str]
 
 
 @dataclass
