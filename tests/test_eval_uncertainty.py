@@ -78,11 +78,13 @@ def test_perfect_ranking_has_the_smallest_area():
 
 def test_gaussian_preference_matches_monte_carlo():
     rng = np.random.default_rng(1)
-    m = np.array([-0.3, 0.0, 0.05, 0.2, 1.0, 2.0])
-    v = np.array([0.01, 0.2, 0.0004, 0.05, 0.3, 1.0])
+    # narrow and wide posteriors on the logit scale (sd / tau from 0.2 to 185: a Bayesian head whose KL pushed
+    # the variance to its clamp), incl. saturated ones
+    m = np.array([-0.3, 0.0, 0.05, 0.2, 1.0, 2.0, 0.5, -0.9, 0.3, 3.0])
+    v = np.array([0.01, 0.2, 0.0004, 0.05, 0.3, 1.0, 342.0, 342.0, 1e-6, 0.0])
     tau = 0.1
     got = gaussian_preference(m, v, tau)
-    s = m[:, None] + np.sqrt(v)[:, None] * rng.standard_normal((len(m), 400_000))
+    s = m[:, None] + np.sqrt(v)[:, None] * rng.standard_normal((len(m), 1_000_000))
     p = sigmoid(s / tau)
     h = binary_entropy(p)
     for key, samples in (("prob", p), ("expected_entropy", h)):
@@ -95,6 +97,7 @@ def test_gaussian_preference_matches_monte_carlo():
     flips = (np.sign(s) != np.sign(m)[:, None]).mean(axis=1)
     np.testing.assert_allclose(got["flip_probability"][m != 0], flips[m != 0], atol=3e-3)
     assert got["flip_probability"][1] == 0.5
+    assert got["prob"][6] > 0.5 > got["prob"][7]  # the wide posteriors still lean the mean's way
 
 
 def test_flip_probability_edges():

@@ -21,11 +21,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from prefpipe.evaluation.calibration import expected_calibration_error, sigmoid
 from prefpipe.evaluation.paired_bootstrap import draw, percentile_interval
 
-_HERMITE_NODES = 96  # Gauss-Hermite nodes for E[f(s)], s ~ N(m, v) (tests check it against Monte Carlo)
+# E[f(X)], X ~ N(mu, s^2) on the logit scale (mu = m / tau, s = sd / tau), f = sigmoid or H(sigmoid): Gauss-Hermite
+# when the Gaussian is at most as wide as f's features (s <= 1); wider, the nodes step over the sigmoid's rise
+# (at s = 185 every symmetric node pair averages to exactly 0.5), so the wide regime integrates in the smooth
+# variable instead (tests check both against Monte Carlo).
+_HERMITE_NODES = 96
+_LEGENDRE_NODES = 400
+_ENTROPY_GRID = np.linspace(-60.0, 60.0, 12001)  # H(sigmoid(x)) < 1e-24 beyond |x| = 60
+_CHUNK = 128
 
 
 def _vector(x: Any, name: str) -> np.ndarray:
@@ -49,6 +57,11 @@ def _entropy_of_logit(z: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, -np.abs(z)) + np.abs(z) * np.minimum(p, 1.0 - p)
 
 
+def _phi(x: np.ndarray) -> np.ndarray:
+    """Standard normal CDF (torch's ndtr: accurate in the tails, no scipy)."""
+    return torch.special.ndtr(torch.as_tensor(x, dtype=torch.float64)).numpy()
+
+
 def flip_probability(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
     """P(sign s != sign m) for s ~ N(m, v): Phi(-|m| / sd); 0.5 at m = 0, 0 when v = 0 and m != 0."""
     m, v = _vector(score, "score"), _vector(variance, "variance")
@@ -56,18 +69,45 @@ def flip_probability(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
         raise ValueError("variance: negative values")
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(v > 0, np.abs(m) / np.sqrt(v), np.where(m != 0, np.inf, 0.0))
-    return np.array([0.5 * math.erfc(x / math.sqrt(2.0)) for x in z])
+    return _phi(-z)
+
+
+def _narrow(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite.hermgauss(_HERMITE_NODES)
+    logits = mu[:, None] + math.sqrt(2.0) * s[:, None] * x[None, :]
+    weights = w / math.sqrt(math.pi)
+    return sigmoid(logits) @ weights, _entropy_of_logit(logits) @ weights
+
+
+def _wide(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """E[sigmoid(X)] = P(X + L > 0) with L ~ Logistic(0, 1): the mean of Phi((mu + logit(u)) / s) over u ~ U(0, 1)
+    (Gauss-Legendre in u; smooth because s > 1); E[H(sigmoid(X))] by the trapezoid rule on the logit, where the
+    Gaussian density is the smooth factor."""
+    u, wu = np.polynomial.legendre.leggauss(_LEGENDRE_NODES)
+    u, wu = (u + 1.0) / 2.0, wu / 2.0
+    logistic = np.log(u) - np.log1p(-u)
+    prob = _phi((mu[:, None] + logistic[None, :]) / s[:, None]) @ wu
+    x = _ENTROPY_GRID
+    density = np.exp(-0.5 * ((x[None, :] - mu[:, None]) / s[:, None]) ** 2) / (
+        s[:, None] * math.sqrt(2 * math.pi)
+    )
+    expected = np.trapezoid(density * _entropy_of_logit(x)[None, :], x, axis=1)
+    return prob, expected
 
 
 def gaussian_preference(score: np.ndarray, variance: np.ndarray, tau: float) -> dict[str, np.ndarray]:
-    """Predictive P(a > b), its entropy, the expected entropy and the mutual information for s ~ N(m, v)
-    (Gauss-Hermite quadrature), plus the flip probability."""
+    """Predictive P(a > b) = E[sigmoid(s / tau)], its entropy, the expected entropy and the mutual information
+    for s ~ N(m, v) (numerical integration, see _HERMITE_NODES), plus the flip probability."""
     m, v = _vector(score, "score"), _vector(variance, "variance")
-    x, w = np.polynomial.hermite.hermgauss(_HERMITE_NODES)
-    s = m[:, None] + np.sqrt(2.0 * v)[:, None] * x[None, :]
-    weights = w / math.sqrt(math.pi)
-    prob = sigmoid(s / tau) @ weights
-    expected = _entropy_of_logit(s / tau) @ weights
+    if np.any(v < 0):
+        raise ValueError("variance: negative values")
+    mu, s = m / tau, np.sqrt(v) / tau
+    prob, expected = np.empty_like(mu), np.empty_like(mu)
+    for start in range(0, len(mu), _CHUNK):
+        rows = np.arange(start, min(start + _CHUNK, len(mu)))
+        for chosen, integrate in ((rows[s[rows] <= 1.0], _narrow), (rows[s[rows] > 1.0], _wide)):
+            if len(chosen):
+                prob[chosen], expected[chosen] = integrate(mu[chosen], s[chosen])
     return _measures(prob, expected, flip_probability(m, v))
 
 
