@@ -3,8 +3,12 @@ from the same Gaussians, and why it grows with the margin (docs/UNCERTAINTY.md, 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
+from prefpipe.reward.losses import gaussian_kl
 from prefpipe.reward.scores import gpm_score, gpm_score_variance, sample_embedding
 
 
@@ -89,3 +93,30 @@ def test_variance_is_bounded_below_by_the_squared_margin():
     iso = torch.full_like(var_a, 0.01)
     flat = gpm_score_variance(unit_a, iso, unit_b, iso)
     torch.testing.assert_close(flat, torch.full_like(flat, 2 * 0.01 + 6 * 0.01**2))
+
+
+def _elbo_optimal_variance(margin: float, tau: float, beta: float, prior_variance: float) -> float:
+    """The score variance v minimising E[-log sigmoid(s / tau)] + beta * KL(N(., v) || N(0, prior)), s ~ N(m, v):
+    one pair's share of the Bayesian head's loss (prefpipe.reward.losses), on a log grid of v."""
+    x, w = np.polynomial.hermite.hermgauss(96)
+    v = torch.logspace(-7, 1, 4001, dtype=torch.float64)
+    s = margin + (2 * v[:, None]).sqrt() * torch.as_tensor(x)[None, :]
+    nll = torch.nn.functional.softplus(-s / tau) @ torch.as_tensor(w / math.sqrt(math.pi))
+    kl = gaussian_kl(None, v[:, None], prior_variance)  # the normalised mean's KL term is a constant
+    return float(v[torch.argmin(nll + beta * kl)])
+
+
+def test_the_loss_gives_a_confident_pair_the_most_variance():
+    """Why the trained head's variance rises with the margin: with the default KL weight the KL pushes every
+    variance up and the likelihood pushes back only while noise can still flip the pair, so the loss-optimal
+    variance grows with the margin (about 2 tau (m - tau log(v / (beta tau^2))) once the sigmoid saturates) and
+    |m| / sd even falls for the most confident pairs: the variance is the slack a pair leaves, not doubt."""
+    tau, beta, prior = 0.1, 1.0e-4, 10.0  # config.yaml: head.tau, bayes.max_kl_weight, bayes.prior_variance
+    margins = [0.3, 0.5, 0.75, 1.0, 1.5, 2.0]
+    best = [_elbo_optimal_variance(m, tau, beta, prior) for m in margins]
+    assert all(a < b for a, b in zip(best, best[1:], strict=False))
+    assert best[-1] > 1000 * best[0]
+    z = [m / math.sqrt(v) for m, v in zip(margins, best, strict=True)]
+    assert z[-1] < z[2] < z[1]  # the flip probability Phi(-z) is larger on the most confident pairs
+    for m, v in zip(margins[-2:], best[-2:], strict=True):  # saturated regime: the closed-form balance
+        assert abs(v - 2 * tau * (m - tau * math.log(v / (beta * tau**2)))) < 0.01

@@ -4,12 +4,14 @@ disagreement by subset and unfamiliar subsets, recorded per pair; off, the world
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 
 import pytest
 from support.settings import data_settings, world_settings
 
 from prefpipe.common.config import ConfigError
+from prefpipe.data.prepare import prepare
 from prefpipe.data.synthetic_noise import FLIP_RATE, FLIPPED, UNFAMILIAR
 from prefpipe.data.synthetic_world import SUBSETS, build_world
 
@@ -85,3 +87,18 @@ def test_bad_switches_name_the_key():
         build_world(_synthetic(unfamiliar_subsets=list(SUBSETS)), 0, PAIRS)
     with pytest.raises(ConfigError, match=r"data\.synthetic\.label_noise\.chat-arith: 0\.5"):
         data_settings({"synthetic": {"label_noise": {"chat-arith": 0.5}}})
+
+
+def test_prepare_writes_the_per_pair_fields_and_the_summary(tmp_path):
+    synthetic = dataclasses.asdict(
+        _synthetic(label_noise={"chat-arith": 0.25}, unfamiliar_subsets=["cyclic-rps"])
+    )
+    summary = prepare(data_settings({"synthetic": synthetic}), tmp_path)
+    test_rows = [json.loads(line) for line in (tmp_path / "pairs_test.jsonl").read_text().splitlines()]
+    assert all(FLIP_RATE in r and UNFAMILIAR in r for r in test_rows)
+    assert summary["uncertainty_world"]["flipped_train_pairs"] == {"chat-arith": 10}
+    assert summary["uncertainty_world"]["unfamiliar_test_pairs"] == 9
+    assert "cyclic-rps" not in summary["subsets"]["train"]
+    assert "uncertainty_world" not in prepare(
+        data_settings({"synthetic": dataclasses.asdict(_synthetic())}), tmp_path / "off"
+    )
