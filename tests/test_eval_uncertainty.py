@@ -17,6 +17,7 @@ from prefpipe.evaluation.uncertainty import (
     binary_entropy,
     bootstrap,
     ece_difference,
+    ensemble_preference,
     flip_probability,
     gaussian_preference,
     risk_coverage,
@@ -155,3 +156,20 @@ def test_paired_comparisons():
     assert out["a"] == expected_calibration_error(prob_a, correct, 5)
     assert out["difference"]["value"] == pytest.approx(out["a"] - out["b"])
     assert out["difference"]["low"] <= out["difference"]["high"]
+
+
+def test_ensemble_preference_treats_members_as_samples():
+    scores = np.array([[0.3, 0.5, -0.1], [-0.2, -0.4, -0.3], [0.0, 0.2, -0.2]])
+    got = ensemble_preference(scores, tau=0.1)
+    np.testing.assert_allclose(got["score"], [0.7 / 3, -0.3, 0.0])
+    np.testing.assert_allclose(got["score_sd"], [np.std(r, ddof=1) for r in scores])
+    np.testing.assert_allclose(
+        got["flip_probability"], [1 / 3, 0.0, 0.5]
+    )  # share of members against the mean
+    p = sigmoid(scores / 0.1)
+    np.testing.assert_allclose(got["prob"], p.mean(axis=1))
+    np.testing.assert_allclose(
+        got["mutual_information"], binary_entropy(p.mean(axis=1)) - binary_entropy(p).mean(axis=1), atol=1e-12
+    )
+    with pytest.raises(ValueError, match="K >= 2"):
+        ensemble_preference(scores[:, :1], tau=0.1)

@@ -39,6 +39,7 @@ def evals(tmp_path):
     other = bayes.assign(benchmark="other")  # a second benchmark's rows are left out
     _write_eval(tmp_path / "eval", "bgpm", pd.concat([bayes, other]), 0.1)
     _write_eval(tmp_path / "eval", "gpm", point, 0.1)
+    _write_eval(tmp_path / "eval", "gpm-s1", point.assign(score_chosen_minus_rejected=m_b[::-1]), 0.1)
     pairs = [
         {"id": i, "flip_rate": 0.3 if s == "a" else 0.0, "unfamiliar": True}
         for i, s in zip(ids, subsets, strict=True)
@@ -53,7 +54,7 @@ def test_table_recomputes_each_measure(evals):
     uncertainty_summary.main(
         ["--eval-dir", str(root / "eval"), "--variants", "bgpm", "gpm", "--pairs", str(root / "pairs.jsonl"),
          "--disagreement-at", "0.2", "--resamples", "50", "--confidence", "0.9", "--seed", "1",
-         "--calibration-bins", "5", "--compare", "bgpm", "gpm", "--out", str(out)]
+         "--calibration-bins", "5", "--compare", "bgpm", "gpm", "--ensemble", "gpm", "gpm-s1", "--out", str(out)]
     )  # fmt: skip
     result = json.loads(out.read_text())
     table = result["heads"]["bgpm"]
@@ -75,3 +76,11 @@ def test_table_recomputes_each_measure(evals):
     )  # fmt: skip
     assert result["ece_difference"]["difference"] == pytest.approx(expected["difference"])
     assert "| bgpm | errors | variance |" in uncertainty_summary.markdown(result)
+    ensemble = result["heads"]["ensemble(gpm,gpm-s1)"]
+    gpm_scores = point.set_index("id").loc[bayes["id"], "score_chosen_minus_rejected"].to_numpy()
+    members = np.stack([gpm_scores, m.to_numpy()])  # gpm-s1 holds the Bayesian scores in gpm's row order
+    mean = members.mean(axis=0)
+    assert ensemble["accuracy"] == pytest.approx(np.mean(mean > 0))
+    assert ensemble["auroc"]["errors"]["score_sd"]["value"] == pytest.approx(
+        auroc(np.std(members, axis=0, ddof=1), mean <= 0)
+    )

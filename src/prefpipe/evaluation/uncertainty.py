@@ -122,6 +122,17 @@ def sample_preference(sample_scores: np.ndarray, score: np.ndarray, tau: float) 
     return _measures(sigmoid(s / tau).mean(axis=1), _entropy_of_logit(s / tau).mean(axis=1), flip)
 
 
+def ensemble_preference(member_scores: np.ndarray, tau: float) -> dict[str, np.ndarray]:
+    """A deep ensemble's view of each pair from its members' scores, shape (pairs, K): the members are the
+    posterior samples (sample_preference against the mean score, so `flip_probability` is the share of members
+    that disagree with the ensemble's decision), plus the ensemble's mean score and the members' sd."""
+    s = np.asarray(member_scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[1] < 2:
+        raise ValueError(f"member_scores: expected (pairs, K >= 2), got shape {s.shape}")
+    mean = s.mean(axis=1)
+    return {"score": mean, "score_sd": s.std(axis=1, ddof=1), **sample_preference(s, mean, tau)}
+
+
 def _measures(prob: np.ndarray, expected_entropy: np.ndarray, flip: np.ndarray) -> dict[str, np.ndarray]:
     total = binary_entropy(prob)
     return {

@@ -4,7 +4,7 @@ data stage's pairs_test.jsonl (the uncertainty world's `flip_rate` and `unfamili
 
   python -m prefpipe.evaluation.uncertainty_summary --eval-dir results/eval --variants bgpm gpm bt \\
       --pairs results/data/pairs_test.jsonl --disagreement-at 0.2 --resamples 2000 --confidence 0.95 \\
-      --seed 0 --calibration-bins 10 --compare bgpm gpm --out uncertainty.json
+      --seed 0 --calibration-bins 10 --compare bgpm gpm [--ensemble gpm-s0 gpm-s1 gpm-s2] --out uncertainty.json
 
 Not part of the eval stage yet; the measures are prefpipe.evaluation.uncertainty.
 """
@@ -24,6 +24,7 @@ from prefpipe.evaluation.uncertainty import (
     auroc_interval,
     binary_entropy,
     ece_difference,
+    ensemble_preference,
     gaussian_preference,
 )
 
@@ -69,11 +70,10 @@ def targets(
 
 
 def head_table(
-    frame: pd.DataFrame, tau: float, pairs: dict[str, dict] | None, args: argparse.Namespace
+    frame: pd.DataFrame, found: dict[str, np.ndarray], pairs: dict[str, dict] | None, args: argparse.Namespace
 ) -> dict:
     """AUROC (with interval) of every candidate for every target, and each candidate's AURC against -|m|."""
     boot = {"resamples": args.resamples, "confidence": args.confidence, "seed": args.seed}
-    found = candidates(frame, tau)
     correct = frame["correct"].to_numpy(bool)
     auroc: dict[str, dict[str, Any]] = {}
     for target, positive in targets(frame, pairs, args.disagreement_at).items():
@@ -88,6 +88,32 @@ def head_table(
         if name != MARGIN
     }
     return {"n": len(frame), "accuracy": float(correct.mean()), "auroc": auroc, "aurc_vs_margin": selective}
+
+
+def ensemble_head(members: list[tuple[pd.DataFrame, float]]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The deep ensemble of point heads (same pairs, same tau): its decisions (mean score > 0) and candidates
+    -|mean|, the members' sd, the share of members that disagree, predictive entropy and mutual information."""
+    taus = {tau for _, tau in members}
+    if len(taus) != 1:
+        raise ValueError(f"ensemble members need one tau, got {sorted(taus)}")
+    first = members[0][0]
+    scores = np.stack(
+        [
+            f.set_index("id").loc[first["id"], "score_chosen_minus_rejected"].to_numpy(np.float64)
+            for f, _ in members
+        ],
+        axis=1,
+    )
+    view = ensemble_preference(scores, taus.pop())
+    frame = pd.DataFrame({"id": first["id"], "subset": first["subset"], "correct": view["score"] > 0})
+    found = {
+        MARGIN: -np.abs(view["score"]),
+        "score_sd": view["score_sd"],
+        "member_disagreement": view["flip_probability"],
+        "predictive_entropy": view["predictive_entropy"],
+        "mutual_information": view["mutual_information"],
+    }
+    return frame, found
 
 
 def load_head(eval_dir: Path, variant: str) -> tuple[pd.DataFrame, float]:
@@ -105,7 +131,12 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         lines = Path(args.pairs).read_text(encoding="utf-8").splitlines()
         pairs = {row["id"]: row for row in map(json.loads, filter(str.strip, lines))}
     heads = {v: load_head(Path(args.eval_dir), v) for v in args.variants}
-    out: dict[str, Any] = {"heads": {v: head_table(f, tau, pairs, args) for v, (f, tau) in heads.items()}}
+    out: dict[str, Any] = {
+        "heads": {v: head_table(f, candidates(f, tau), pairs, args) for v, (f, tau) in heads.items()}
+    }
+    if args.ensemble:
+        frame, found = ensemble_head([load_head(Path(args.eval_dir), v) for v in args.ensemble])
+        out["heads"]["ensemble(" + ",".join(args.ensemble) + ")"] = head_table(frame, found, pairs, args)
     if args.compare:
         a, b = args.compare
         fa, fb = heads[a][0], heads[b][0].set_index("id").loc[heads[a][0]["id"]].reset_index()
@@ -158,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--confidence", type=float, required=True)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--calibration-bins", type=int, required=True)
+    p.add_argument("--ensemble", nargs="+", help="point-head variants scored as one deep ensemble (K >= 2)")
     p.add_argument("--compare", nargs=2, metavar=("BAYESIAN", "POINT"), help="paired ECE difference")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
