@@ -87,6 +87,16 @@ def test_bad_switches_name_the_key():
         build_world(_synthetic(unfamiliar_subsets=list(SUBSETS)), 0, PAIRS)
     with pytest.raises(ConfigError, match=r"data\.synthetic\.label_noise\.chat-arith: 0\.5"):
         data_settings({"synthetic": {"label_noise": {"chat-arith": 0.5}}})
+    with pytest.raises(ConfigError, match=r"label_noise\.chat-typo: unknown subset"):  # before any stage runs
+        data_settings({"synthetic": {"label_noise": {"chat-typo": 0.2}}})
+    with pytest.raises(ConfigError, match=r"data\.source is 'jsonl'"):
+        data_settings(
+            {
+                "source": "jsonl",
+                "external": {"path": "x.jsonl"},
+                "synthetic": {"unfamiliar_subsets": ["cyclic-rps"]},
+            }
+        )
 
 
 def test_prepare_writes_the_per_pair_fields_and_the_summary(tmp_path):

@@ -5,6 +5,8 @@ and then nothing here runs and the world's bytes are those of a world without th
   `rate` of the TRAINING pairs has chosen and rejected swapped (the annotators disagreed and the minority won),
   drawn from the subset's own seeded stream. Test labels stay the majority (true) preference. Every pair of the
   world gets `flip_rate` (the subset's rate, 0.0 for subsets not listed); training pairs also `label_flipped`.
+  The base's SFT on chosen replies (base.sft.chosen_from_pairs) reads the flipped labels too, as it would read
+  real annotations.
 - Unfamiliar inputs (`data.synthetic.unfamiliar_subsets: [subset]`): the listed subsets' training pairs are
   dropped, so their kind of prompt never occurs in training (the base model's SFT on chosen replies included);
   their test pairs are the same as in the world without the switch. Every test pair gets `unfamiliar`.
@@ -23,22 +25,23 @@ from prefpipe.common.config import ConfigError
 FLIP_RATE, FLIPPED, UNFAMILIAR = "flip_rate", "label_flipped", "unfamiliar"
 
 
-def check_switches(label_noise: dict[str, float], unfamiliar: Iterable[str], subsets: Iterable[str]) -> None:
-    """Known subset names; rates in [0, 0.5) (at 0.5 the majority label is a coin toss); a training set left."""
+def check_switches(
+    label_noise: dict[str, float], unfamiliar: Iterable[str], subsets: Iterable[str], key: str
+) -> None:
+    """Known subset names; rates in [0, 0.5) (at 0.5 the majority label is a coin toss); a training set left.
+    `key` is the config path the errors name (the settings layer adds its own `data.` prefix)."""
     known = list(subsets)
     for name, rate in label_noise.items():
         if name not in known:
-            raise ConfigError(f"data.synthetic.label_noise.{name}: unknown subset; known: {known}")
+            raise ConfigError(f"{key}.label_noise.{name}: unknown subset; known: {known}")
         if not 0.0 <= rate < 0.5:
-            raise ConfigError(f"data.synthetic.label_noise.{name}: rate {rate} must be in [0, 0.5)")
+            raise ConfigError(f"{key}.label_noise.{name}: rate {rate} must be in [0, 0.5)")
     unfamiliar = list(unfamiliar)
     for name in unfamiliar:
         if name not in known:
-            raise ConfigError(f"data.synthetic.unfamiliar_subsets: unknown subset {name!r}; known: {known}")
+            raise ConfigError(f"{key}.unfamiliar_subsets: unknown subset {name!r}; known: {known}")
     if set(known) <= set(unfamiliar):
-        raise ConfigError(
-            "data.synthetic.unfamiliar_subsets: every subset is unfamiliar, no training pairs left"
-        )
+        raise ConfigError(f"{key}.unfamiliar_subsets: every subset is unfamiliar, no training pairs left")
 
 
 def _flip(row: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +94,7 @@ def apply_switches(
     not depend on which subsets are held out."""
     if not label_noise and not unfamiliar:
         return train, test, None
-    check_switches(label_noise, unfamiliar, subsets)
+    check_switches(label_noise, unfamiliar, subsets, "data.synthetic")
     stats: dict[str, Any] = {}
     if unfamiliar:
         train, test = hold_out_subsets(train, test, unfamiliar)

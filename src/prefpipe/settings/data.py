@@ -146,3 +146,20 @@ class DataSettings(RunSettings):
     def check(self) -> None:
         self.external.check(self.source)
         self.prompts.check()
+        self._check_uncertainty_switches()
+
+    def _check_uncertainty_switches(self) -> None:
+        """The world switches name real subsets and act only on the synthetic world's pairs (checked before any
+        stage runs; build_world checks them again)."""
+        world = self.synthetic
+        if not world.label_noise and not world.unfamiliar_subsets:
+            return
+        if self.source != "synthetic":
+            raise ConfigError(
+                f"synthetic.label_noise / unfamiliar_subsets act on the synthetic world's pairs, but data.source "
+                f"is {self.source!r}; empty them or use source synthetic"
+            )
+        from prefpipe.data.synthetic_noise import check_switches  # the world's modules import this one
+        from prefpipe.data.synthetic_world import SUBSETS
+
+        check_switches(world.label_noise, world.unfamiliar_subsets, SUBSETS, "synthetic")
