@@ -120,3 +120,18 @@ def test_the_loss_gives_a_confident_pair_the_most_variance():
     assert z[-1] < z[2] < z[1]  # the flip probability Phi(-z) is larger on the most confident pairs
     for m, v in zip(margins[-2:], best[-2:], strict=True):  # saturated regime: the closed-form balance
         assert abs(v - 2 * tau * (m - tau * math.log(v / (beta * tau**2)))) < 0.01
+
+
+def test_kl_on_the_normalised_mean_only_acts_on_the_variances():
+    """kl_mean normalized = variance_only + a constant when the head normalises: |mean|^2 = 1, so the KL gives
+    the mean no gradient and the log-variances the same one (docs/UNCERTAINTY.md, section 2d)."""
+    g = torch.Generator().manual_seed(5)
+    raw = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    logvar = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    mean = torch.nn.functional.normalize(raw, dim=-1)
+    on_mean = gaussian_kl(mean, logvar.exp(), 10.0)
+    without = gaussian_kl(None, logvar.exp(), 10.0)
+    torch.testing.assert_close(on_mean - without, torch.full_like(on_mean, 0.5 / 10.0))
+    d_raw, d_logvar = torch.autograd.grad(on_mean.sum(), [raw, logvar])
+    assert float(d_raw.abs().max()) < 1e-12
+    torch.testing.assert_close(d_logvar, torch.autograd.grad(without.sum(), [logvar])[0])
