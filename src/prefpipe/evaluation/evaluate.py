@@ -75,7 +75,7 @@ def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     device = _device(settings.eval.device)
-    model = load_reward_model(str(args.model), device=device)
+    model = load_reward_model(str(args.model), device=device, fast_paths=settings.fast_paths)
     finetuned = load_finetuned_head(args.model, model)  # the head before the refit (the ablation reads it)
     if finetuned is not None:
         model.extra_heads[AS_FINETUNED] = finetuned

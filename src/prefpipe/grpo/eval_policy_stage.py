@@ -190,7 +190,7 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         from prefpipe.reward.model import load_reward_model
 
         device = str(next(policies["trained"][0].parameters()).device)
-        rm = load_reward_model(args.reward_model, device=device)
+        rm = load_reward_model(args.reward_model, device=device, fast_paths=run_settings.fast_paths)
         rm_block = _reward_model_block(
             rm, rows, texts["base"], texts["trained"], eval_settings.reward_batch_size
         )

@@ -61,7 +61,9 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     if settings.uses_reward_model():
         from prefpipe.reward.model import load_reward_model
 
-        reward_model = load_reward_model(args.reward_model, device=str(next(policy.parameters()).device))
+        reward_model = load_reward_model(
+            args.reward_model, device=str(next(policy.parameters()).device), fast_paths=settings.fast_paths
+        )
     rewards = build_rewards(settings.rewards, reward_model)
 
     cfg_dict = to_mapping(settings)
