@@ -21,7 +21,8 @@ from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
 from prefpipe.common.model_errors import model_load
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
-from prefpipe.reward.heads import RewardHead, build_head, check_head_settings
+from prefpipe.reward.heads.base import RewardHead
+from prefpipe.reward.heads.registry import build_head, check_head_settings
 from prefpipe.reward.network import POINT_POOLING, RewardModel
 from prefpipe.reward.spec import FINETUNED_HEAD_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, ModelSpec
 from prefpipe.settings.reward import RewardSettings
