@@ -24,7 +24,7 @@ import pandas as pd
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_write_json
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.secrets import redact
+from prefpipe.common.secrets import redact_values
 from prefpipe.common.seeding import seed_everything
 from prefpipe.evaluation.bench_data import (
     REWARDBENCH2,
@@ -126,7 +126,7 @@ def evaluate_model(
         summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
         timing[name] = {key: summary.pop(key, None) for key in TIMING_KEYS}
         write_parquet_atomic(frame, out_dir / name / "per_example.parquet")
-        atomic_write_json(out_dir / name / "summary.json", redact(summary))
+        atomic_write_json(out_dir / name / "summary.json", redact_values(summary))
         frames.append(frame.assign(benchmark=name))
         per_benchmark[name] = summary
         record.log(
