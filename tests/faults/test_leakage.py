@@ -1,7 +1,8 @@
 """Faults, second round: leakage judged by content (issue 35). A test file that repeats the training pairs (also
 after case, whitespace and punctuation changes) and held-out RL prompts that repeat training prompts are refused
 above data.max_overlap_share (default 0) with the count, before any file is written; below it the overlap is
-counted in the data summary and shown on the report's first screen."""
+counted in the data summary and shown on the report's first screen. A benchmark from outside the data stage is
+judged against the training prompts the same way, in the evaluation, before anything is scored."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import json
 
 import pytest
 from support.results_tree import manifest, write_results_tree
-from support.settings import data_settings, report_settings, stage_json
+from support.scorers import LengthRuleScorer
+from support.settings import data_settings, eval_settings, report_settings, stage_json
 
+from prefpipe.common.config import DataError
 from prefpipe.data.normalize import content_key, train_test_overlap
+from prefpipe.evaluation.evaluate import evaluate_model
 from prefpipe.prep_data import main as prep_data
 from prefpipe.report.write import build
 
@@ -105,3 +109,29 @@ def test_the_report_shows_any_overlap_on_its_first_screen(tmp_path):
     note = "train/test overlap: 2 test pairs repeat a training pair, 2 test pairs share a training prompt"
     assert any(note in line for line in head)
     assert note in (results / "report" / "report.html").read_text(encoding="utf-8")
+
+
+def test_a_benchmark_that_repeats_training_prompts_is_refused_before_scoring(tmp_path):
+    """Training prompts vs a benchmark from outside the data stage: counted, and refused above the threshold
+    before anything is scored or written."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    _write(data_dir / "pairs_train.jsonl", [{**r, "id": f"t{i}", "subset": "s"} for i, r in enumerate(ROWS)])
+    bench_rows = [
+        {**r, "id": f"b{i}", "subset": "s", "prompt": r["prompt"].upper()} for i, r in enumerate(ROWS[:4])
+    ]
+    bench = _write(
+        tmp_path / "bench.jsonl", [*bench_rows, {**bench_rows[0], "id": "new", "prompt": "Fresh?"}]
+    )
+    benchmarks = {"synthetic": None, "mine": str(bench)}
+    out = tmp_path / "eval"
+    with pytest.raises(
+        DataError, match=rf"^eval\.benchmarks\.mine \({bench}\): 4 of 5 benchmark prompts \(80\.0%\)"
+    ):
+        evaluate_model(
+            LengthRuleScorer(), eval_settings({"benchmarks": benchmarks}), data_dir, out, "rule", "cpu"
+        )
+    assert not out.exists()
+    cfg = eval_settings({"benchmarks": benchmarks, "mc_samples": 0}, data={"max_overlap_share": 0.8})
+    summary = evaluate_model(LengthRuleScorer(), cfg, data_dir, out, "rule", "cpu")
+    assert summary["benchmarks"]["mine"]["data"]["train_prompt_overlap"] == 4

@@ -102,7 +102,9 @@ class PipelineSettings:
         }
         base = stage(BaseSettings, raw["base"], "base")
         _check_model_refs(base, reward, models)
-        data_map = {key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        data_map = {
+            key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows", "max_overlap_share")
+        }
         benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
         raw["eval"]["benchmarks"] = benchmarks
         report_section = {k: v for k, v in raw["report"].items() if k != "enabled"}  # a workflow switch
