@@ -14,7 +14,7 @@ import torch
 from support.models import build_reward, lora_reward, save_tiny_base, save_tiny_policy, save_tiny_tied_base
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from prefpipe.common.chat import format_pair, has_chat_template
+from prefpipe.common.chat import has_chat_template
 from prefpipe.export.run import export_reward
 from prefpipe.export_reward import main
 from prefpipe.reward.model import load_reward_model, save_reward_model
@@ -57,11 +57,19 @@ def _run(tmp_path: Path, rm, settings, name: str = "run") -> Path:
     return run
 
 
+def _prompt_text(tok, prompt: str) -> str:
+    if not tok.chat_template:
+        return prompt + "\n\n"
+    messages = [{"role": "user", "content": prompt}]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 def _hf_rewards(folder: Path) -> torch.Tensor:
     """Logits of the exported folder through AutoModelForSequenceClassification, one padded batch."""
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
-    texts = [format_pair(tok, p, r) for p, r in zip(PROMPTS, RESPONSES, strict=True)]
+    end = model.config.prefpipe_reply_end  # the card's recipe, no prefpipe call
+    texts = [_prompt_text(tok, p) + r + end for p, r in zip(PROMPTS, RESPONSES, strict=True)]
     batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not has_chat_template(tok))
     assert tok.padding_side == "right" and (batch["attention_mask"] == 0).any()  # padding really happens
     with torch.no_grad():

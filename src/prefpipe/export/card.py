@@ -25,7 +25,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 tok = AutoTokenizer.from_pretrained("THIS_FOLDER")
 model = AutoModelForSequenceClassification.from_pretrained("THIS_FOLDER").eval()
-text = {prompt_text} + response + tok.eos_token
+# the row as prefpipe wrote it: the reply ends as the chat template ends an assistant turn
+text = {prompt_text} + response + model.config.prefpipe_reply_end
 batch = tok([text], return_tensors="pt", padding=True, add_special_tokens={special})
 with torch.no_grad():
     logit = model(**batch).logits[:, 0]

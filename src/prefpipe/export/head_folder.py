@@ -10,6 +10,7 @@ from typing import Any
 
 from safetensors.torch import save_file
 
+from prefpipe.common.chat import reply_end
 from prefpipe.common.io import atomic_write_json
 from prefpipe.export import reward_loader
 from prefpipe.export.common import export_tokenizer, plain_backbone
@@ -35,6 +36,7 @@ def head_settings(rm: RewardModel) -> dict[str, Any]:
         "backbone_kind": spec.backbone_kind,
         "pooling": spec.pooling,
         "max_length": spec.max_length,
+        "reply_end": reply_end(rm.tokenizer),
         "embedding_features": spec.embedding_features,
         "likelihood_features": spec.likelihood_features,
     }

@@ -12,14 +12,16 @@ folder works wherever torch and transformers are installed:
 
 What it reproduces (to float rounding) is prefpipe's scoring of one (prompt, response) row:
 1. Text: the tokenizer's chat template with one user turn and the generation prompt, then the response and
-   the EOS token (no template: prompt + two newlines + response + EOS). Tokens: special tokens added only
+   what ends a reply (`reply_end` in reward_head.json: the template's end of an assistant turn, e.g. Gemma's
+   <end_of_turn>, else the EOS token; no template: prompt + two newlines + response + EOS). Tokens: special tokens added only
    when there is no template; the prompt's last token is where the two token lists stop agreeing.
    A row longer than `max_length` loses prompt tokens from the left (leading special tokens and the prompt's
    last token kept), then response tokens from the right (trailing special tokens kept).
 2. Features: the backbone's final states pooled as `pooling` says (last / first real token, mean over real
    tokens, mean over response tokens), optionally followed by the mean input embedding of the response
    tokens (`embedding_features`) and by the mean and minimum next-token log-prob of the response tokens under
-   the frozen starting model in `likelihood_model/` through its tied embeddings (`likelihood_features`).
+   the frozen starting model in `likelihood_model/` through its tied embeddings, its logits soft-capped where
+   the model caps them (Gemma 2) (`likelihood_features`).
    The prompt gate reads the final state at the prompt's last token.
 3. Head (`reward_head.safetensors`, settings in `reward_head.json`): features standardised by the stored
    mean and 1/sd when present; then
@@ -85,9 +87,9 @@ class ExportedRewardModel:
         """Token ids of one row and the number of tokens up to and including the prompt's last one."""
         head = self._format_prompt(prompt)
         text = head + response
-        eos = self.tokenizer.eos_token
-        if eos and not text.endswith(eos):
-            text += eos
+        end = self.config["reply_end"]
+        if end and not text.endswith(end):
+            text += end
         ids, prompt_ids = self._ids(text), self._ids(head)
         common = 0
         while common < min(len(ids), len(prompt_ids)) and ids[common] == prompt_ids[common]:
@@ -169,6 +171,9 @@ class ExportedRewardModel:
         hidden = self._states(self.likelihood_model, ids, mask)
         table = self.likelihood_model.get_input_embeddings().weight
         logits = hidden[:, :-1].float() @ table.float().T
+        softcap = getattr(self.likelihood_model.config, "final_logit_softcapping", None)
+        if softcap:  # Gemma 2 soft-caps its logits before the softmax
+            logits = softcap * torch.tanh(logits / softcap)
         picked = logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         log_probs = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
         keep = response.bool()

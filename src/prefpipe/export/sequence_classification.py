@@ -23,6 +23,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
+from prefpipe.common.chat import reply_end
 from prefpipe.export.common import export_tokenizer, plain_backbone
 from prefpipe.reward.heads import RewardHead
 from prefpipe.reward.model import RewardModel
@@ -71,8 +72,10 @@ def folded_bt_head(head: RewardHead) -> tuple[torch.Tensor, float]:
 
 def _pad_apart(tokenizer: Any, model: torch.nn.Module) -> None:
     """The class finds the last real token as the last one that is not the pad token: a tokenizer padding
-    with EOS (which every formatted row ends with) gets a pad token of its own, and the embeddings a row."""
-    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id:
+    with the token that ends every formatted row (EOS, or the template's turn end) gets a pad token of its own,
+    and the embeddings a row."""
+    pad = tokenizer.pad_token
+    if pad is not None and pad != tokenizer.eos_token and not (reply_end(tokenizer) or "").endswith(pad):
         return
     tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
     model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
@@ -100,6 +103,7 @@ def write_sequence_classification(rm: RewardModel, folder: Path) -> dict[str, An
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.prefpipe_reward_offset = offset
     model.config.prefpipe_tau = rm.tau
+    model.config.prefpipe_reply_end = reply_end(tokenizer)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return {

@@ -1,0 +1,111 @@
+"""The model-family matrix (issue 34, item 2): tiny random Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Mistral and Phi-3
+models (tests/support/families.py, each with its own chat template) through every stage: a reward backbone under
+each head (a few training steps), scoring with the fast paths against the plain path, and GRPO steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from support.families import FAMILIES, family_tokenizer, save_family_model
+from support.models import build_reward
+from support.rows import arith_pairs, rps_pairs
+
+from prefpipe.common.chat import format_pair
+from prefpipe.reward.model import load_reward_model, save_reward_model
+from prefpipe.reward.pairs import Pair
+from prefpipe.reward.trainer import RewardTrainer
+
+NAMES = list(FAMILIES)
+PROMPTS = ["Choose a move.", "What is 2 plus 3?", "Your move?", "Say yes."] * 2
+RESPONSES = ["rock", "The answer is 5.", "paper", "yes", "scissors", "The answer is 6.", "rock paper", "no"]
+# A few steps of each head: the matrix checks that every stage runs and agrees with its reference, not learning.
+STEPS = {
+    "steps": 2,
+    "batch_size": 6,
+    "micro_batch_size": 3,
+    "head_fit": {"before_steps": 3, "after_steps": 3},
+}
+# The one family whose layers the reward fast paths (selected last layer, lean scoring forward) recognise.
+FAST_FAMILIES = {"llama"}
+
+
+@pytest.fixture(scope="module")
+def family_bases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {name: save_family_model(FAMILIES[name], root / name) for name in NAMES}
+
+
+def _pairs() -> list[Pair]:
+    rows = rps_pairs()[:6] + arith_pairs(6)
+    return [Pair(r["id"], r["prompt"], r["chosen"], r["rejected"], r["subset"]) for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("family", "end"),
+    [
+        ("llama", "<|eot_id|>"),
+        ("qwen2", "<|im_end|>"),
+        ("qwen3", "<|im_end|>"),
+        ("gemma2", "<end_of_turn>"),
+        ("gemma3", "<end_of_turn>"),
+        ("mistral", "</s>"),
+        ("phi3", "<|end|>\n<|endoftext|>"),
+    ],
+)
+def test_pairs_end_as_the_family_ends_a_turn(family, end):
+    """A formatted pair is the family's own finished conversation (its turn end, not a bare EOS where they differ)."""
+    tok = family_tokenizer(FAMILIES[family])
+    text = format_pair(tok, "Choose a move.", "rock")
+    messages = [{"role": "user", "content": "Choose a move."}, {"role": "assistant", "content": "rock"}]
+    assert text.endswith("rock" + end)
+    assert tok.apply_chat_template(messages, tokenize=False).rstrip() == text
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_reward_heads_train_save_and_score(family_bases, tmp_path, family):
+    """Each head trains a few finite steps on the family's backbone; the saved model scores as the live one; the
+    fast scoring paths give the plain path's encodings (engaged on Llama only, fallen back elsewhere)."""
+    pairs = _pairs()
+    for head in ("bt", "gpm", "bgpm"):
+        rm, settings = build_reward(family_bases[family], head, train=STEPS)
+        result = RewardTrainer(rm, settings, pairs, tmp_path / head).train()
+        assert result.steps == 2 and math.isfinite(result.final_metrics["loss"]), (head, result.final_metrics)
+        rm.eval()
+        assert (rm._lean_core() is not None) == (family in FAST_FAMILIES)
+        fast = rm.set_fast_paths(True).encode(PROMPTS, RESPONSES, 3)
+        plain = rm.set_fast_paths(False).encode(PROMPTS, RESPONSES, 3)
+        save_reward_model(rm, tmp_path / head / "model")
+        loaded = load_reward_model(tmp_path / head / "model", fast_paths=False).encode(PROMPTS, RESPONSES, 3)
+        for key, value in plain.items():
+            assert torch.isfinite(value).all() and value.std() > 0, (head, key)
+            assert torch.allclose(fast[key], value, atol=1e-5, rtol=1e-4), (head, key)
+            assert torch.allclose(loaded[key], value, atol=1e-6), (head, key)
+
+
+@pytest.mark.parametrize(
+    "family", [n for n in NAMES if FAMILIES[n].config.get("tie_word_embeddings", "gemma" in n)]
+)
+def test_likelihood_features_are_the_language_models_own(family_bases, family):
+    """backbone.likelihood_features reads the tied-embedding families' next-token log-probs from the bare model;
+    they equal the causal LM's own log_softmax(logits), Gemma 2's soft-capped logits included (fixed: the cap
+    was left out, so the 'log-likelihood' was not the model's)."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from prefpipe.reward.likelihood import response_stats, token_log_probs
+
+    base = family_bases[family]
+    lm, bare = AutoModelForCausalLM.from_pretrained(base).eval(), AutoModel.from_pretrained(base).eval()
+    tok = family_tokenizer(FAMILIES[family])
+    ids = torch.tensor(
+        [tok(format_pair(tok, "Choose a move.", "rock paper"), add_special_tokens=False)["input_ids"]]
+    )
+    with torch.no_grad():
+        want = lm(input_ids=ids).logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+        hidden = bare(input_ids=ids).last_hidden_state
+        softcap = getattr(bare.config, "final_logit_softcapping", None)
+        got = token_log_probs(hidden, ids, bare.get_input_embeddings().weight, softcap)[:, 1:]
+        stats = response_stats(bare, ids, torch.ones_like(ids), torch.tensor([3]), {})
+    assert torch.allclose(got, want, atol=1e-5)
+    assert torch.allclose(stats[0, 0], want[0, 3:].mean(), atol=1e-5)  # tokens after position 3
