@@ -109,3 +109,32 @@ def test_likelihood_features_are_the_language_models_own(family_bases, family):
         stats = response_stats(bare, ids, torch.ones_like(ids), torch.tensor([3]), {})
     assert torch.allclose(got, want, atol=1e-5)
     assert torch.allclose(stats[0, 0], want[0, 3:].mean(), atol=1e-5)  # tokens after position 3
+
+
+def test_a_qwen2_gguf_imports_with_the_original_logits(family_bases, tmp_path):
+    """The GGUF import on a non-Llama family: a Qwen2 (q/k/v biases, tied embeddings) written as GGUF by the
+    gguf package imports to a folder whose logits, tokens and chat template are the original model's."""
+    pytest.importorskip("gguf")
+    from support.gguf_files import write_gguf
+    from support.settings import pipeline, stage_json
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prefpipe.import_model import main as import_model
+
+    original = AutoModelForCausalLM.from_pretrained(family_bases["qwen2"]).eval()
+    tok = AutoTokenizer.from_pretrained(family_bases["qwen2"])
+    gguf = write_gguf(tmp_path / "qwen2.gguf", "qwen2", original, tok)
+    settings = pipeline({"models": {"q": {"gguf": str(gguf), "dtype": "float32"}}}).models["q"]
+    args = ["--config", stage_json(settings), "--gguf", str(gguf), "--out", str(tmp_path / "out")]
+    assert import_model(args) == 0
+    folder = tmp_path / "out" / "model"
+    imported = AutoModelForCausalLM.from_pretrained(folder).eval()
+    imported_tok = AutoTokenizer.from_pretrained(folder)
+    assert type(imported).__name__ == "Qwen2ForCausalLM" and imported_tok.chat_template == tok.chat_template
+    text = format_pair(tok, "What is 2 plus 3?", "The answer is 5.")
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    assert imported_tok(text, add_special_tokens=False)["input_ids"] == ids[0].tolist()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            imported(input_ids=ids).logits, original(input_ids=ids).logits, rtol=0, atol=1e-5
+        )

@@ -153,8 +153,12 @@ def family_tokenizer(family: Family) -> PreTrainedTokenizerFast:
     template writes it, as the families' own templates do)."""
     tok = Tokenizer.from_str(_bpe_json(family.specials, CORPUS, 10, 320, None))
     kwargs = {"bos_token": family.bos, "pad_token": family.pad}
+    named = {family.eos, family.bos, family.pad}
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=family.eos, **{k: v for k, v in kwargs.items() if v}
+        tokenizer_object=tok,
+        eos_token=family.eos,
+        additional_special_tokens=[t for t in family.specials if t not in named],  # the turn markers
+        **{k: v for k, v in kwargs.items() if v},
     )
     tokenizer.chat_template = family.template
     return tokenizer
