@@ -138,3 +138,33 @@ def test_a_qwen2_gguf_imports_with_the_original_logits(family_bases, tmp_path):
         torch.testing.assert_close(
             imported(input_ids=ids).logits, original(input_ids=ids).logits, rtol=0, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_lora_left_padding_and_export(family_bases, tmp_path, family):
+    """LoRA with peft's per-architecture targets, left-padded batches scoring as rows alone (sliding windows and
+    soft-capping see no padding), and the BT export through the family's AutoModelForSequenceClassification."""
+    from support.models import lora_reward
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from prefpipe.export.run import export_reward
+
+    plain = {"embedding_features": False, "likelihood_features": False}
+    data = {"padding_side": "left", "max_length": 128}  # no row cut: the exported class sees the whole text
+    rm, _ = lora_reward(family_bases[family], "bt", backbone=plain, data=data)
+    rm.eval().set_fast_paths(False)
+    batched = rm.encode(PROMPTS, RESPONSES, 4)["reward"]
+    alone = torch.cat([rm.encode([p], [r], 1)["reward"] for p, r in zip(PROMPTS, RESPONSES, strict=True)])
+    assert not rm.encoder.truncated
+    assert torch.allclose(batched, alone, atol=1e-5), (batched - alone).abs().max()
+    run = tmp_path / "run"
+    save_reward_model(rm, run / "model")
+    info = export_reward(run, tmp_path / "export")
+    assert info["format"] == "sequence-classification"
+    tok = AutoTokenizer.from_pretrained(tmp_path / "export")
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export").eval()
+    texts = [format_pair(tok, p, r) for p, r in zip(PROMPTS, RESPONSES, strict=True)]
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(**batch).logits[:, 0] + model.config.prefpipe_reward_offset
+    assert torch.allclose(logits, alone, atol=1e-5), (logits - alone).abs().max()
