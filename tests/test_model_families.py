@@ -168,3 +168,99 @@ def test_family_lora_left_padding_and_export(family_bases, tmp_path, family):
     with torch.no_grad():
         logits = model(**batch).logits[:, 0] + model.config.prefpipe_reward_offset
     assert torch.allclose(logits, alone, atol=1e-5), (logits - alone).abs().max()
+
+
+GRPO_PROMPTS = ["Say yes.", "What is 2 plus 3? Answer with one word.", "Choose a move."]  # 3 lengths: padding
+
+
+def _family_policy(base, lora: bool = False):
+    """The policy as the GRPO stage loads it (pad = eos where the tokenizer has none; LoRA on all linear layers)."""
+    from prefpipe.grpo.policy_io import load_policy
+
+    settings = _grpo_settings({"lora": {"enabled": lora, "r": 4}})
+    model, tok, state = load_policy(base, settings.lora, "float32", "cpu")
+    return model.eval(), tok, state
+
+
+def _grpo_settings(overrides: dict):
+    from support.settings import grpo_settings
+
+    small = {"steps": 2, "prompts_per_step": 3, "num_generations": 2, "max_new_tokens": 6, "micro_batch_size": 3,
+             "sample_every": 1, "checkpoint_every": 0, "mask_truncated_completions": False}  # fmt: skip
+    return grpo_settings(small | overrides)
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_rollout_kv_cache_and_logprobs(family_bases, family):
+    """The rollout's KV-cached decode (left-padded prompts, sliding-window caches, rows leaving the batch) picks
+    what a full forward over the finished rows picks (greedy), the lean Llama decode gives the plain decode's
+    samples where it applies and is not taken elsewhere, and the trainer's padded log-probs of sampled tokens
+    are each row's own, unpadded."""
+    from prefpipe.grpo.lean_decode import LeanLlama
+    from prefpipe.grpo.logprobs import completion_logprobs
+    from prefpipe.grpo.rollout import (
+        GenerationSettings,
+        eos_token_ids,
+        generate,
+        pad_token_id,
+        tokenize_prompts,
+    )
+    from prefpipe.grpo.sampling import decode
+
+    model, tok, _ = _family_policy(family_bases[family])
+    assert (LeanLlama.build(model, 8) is not None) == (family in FAST_FAMILIES)
+    stops = {tok.eos_token_id, *tok.convert_tokens_to_ids(list(FAMILIES[family].stop))}
+    assert set(eos_token_ids(tok, model)) == stops  # a reply ends at EOS or the family's turn end
+    batch = tokenize_prompts(tok, GRPO_PROMPTS, None)
+    uniforms = torch.rand(len(GRPO_PROMPTS) * 2, 10, generator=torch.Generator().manual_seed(0))
+    args = (
+        batch.input_ids,
+        batch.attention_mask,
+        2,
+        10,
+        eos_token_ids(tok, model),
+        pad_token_id(tok),
+        uniforms,
+    )
+    with torch.no_grad():
+        assert torch.equal(
+            decode(model, *args, 1.0, 0, 1.0, lean=True), decode(model, *args, 1.0, 0, 1.0, lean=False)
+        )
+    for sample in (False, True):
+        settings = GenerationSettings(max_new_tokens=10, do_sample=sample)
+        rollout = generate(model, tok, GRPO_PROMPTS, 2, settings, uniforms=uniforms if sample else None)
+        n_completion = rollout.completion_ids.shape[1]
+        with torch.no_grad():
+            padded, _ = completion_logprobs(
+                model, rollout.input_ids, rollout.attention_mask, n_completion, 1.0
+            )
+            for i in range(rollout.input_ids.shape[0]):
+                ids = rollout.input_ids[i][rollout.attention_mask[i].bool()][None]
+                n = int(rollout.completion_mask[i].sum())
+                logits = model(input_ids=ids).logits[0, -n - 1 : -1].float()
+                alone = logits.log_softmax(-1).gather(-1, ids[0, -n:, None])[:, 0]
+                assert torch.allclose(padded[i, :n], alone, atol=1e-5), (sample, i)
+                if not sample:
+                    assert torch.equal(logits.argmax(-1), ids[0, -n:]), i
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_grpo_steps(family_bases, tmp_path, family):
+    """Two GRPO steps (rollout, old/reference log-probs, clipped update with KL) on the family's policy, full
+    fine-tuning and LoRA (all linear layers, Phi-3's fused projections included): finite losses, weights move."""
+    from prefpipe.grpo.rewards import WeightedReward
+    from prefpipe.grpo.trainer import GRPOTrainer
+
+    rows = [{"id": str(i), "prompt": p, "answer": "5", "kind": "add"} for i, p in enumerate(GRPO_PROMPTS)]
+    for lora in (False, True):
+        model, tok, state = _family_policy(family_bases[family], lora)
+        before = {k: v.clone() for k, v in model.named_parameters() if v.requires_grad}
+        reward = WeightedReward(
+            "length", 1.0, lambda inputs: torch.tensor([len(t) / 10 for t in inputs.completions])
+        )
+        trainer = GRPOTrainer(_grpo_settings({"beta": 0.04}), model, tok, state, rows, [reward],
+                              tmp_path / str(lora), run_fingerprint="fp")  # fmt: skip
+        summary = trainer.train()
+        assert summary["all_finite"] and len(trainer.metric_rows) == 2, (lora, summary)
+        moved = [k for k, v in model.named_parameters() if k in before and not torch.equal(v, before[k])]
+        assert moved, lora
