@@ -130,7 +130,7 @@ def accepts_position_ids(model: torch.nn.Module) -> bool:
 
 def lora_targets(model: torch.nn.Module, requested: list[str] | str | None) -> list[str] | str | None:
     """lora.target_modules as given; null: peft's defaults for the architecture, or every linear layer
-    ("all-linear") where peft has none (Phi-3's fused qkv_proj, Gemma 3; peft would refuse)."""
+    ("all-linear") where peft has none (Phi-3's fused qkv_proj; peft would refuse)."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
     model_type = getattr(getattr(model, "config", None), "model_type", None)
