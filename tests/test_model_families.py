@@ -196,15 +196,11 @@ def test_family_rollout_kv_cache_and_logprobs(family_bases, family):
     what a full forward over the finished rows picks (greedy), the lean Llama decode gives the plain decode's
     samples where it applies and is not taken elsewhere, and the trainer's padded log-probs of sampled tokens
     are each row's own, unpadded."""
-    from prefpipe.grpo.lean_decode import LeanLlama
+    from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
+    from prefpipe.grpo.fast.decode import decode_compact
+    from prefpipe.grpo.fast.lean_decode import LeanLlama
     from prefpipe.grpo.logprobs import completion_logprobs
-    from prefpipe.grpo.rollout import (
-        GenerationSettings,
-        eos_token_ids,
-        generate,
-        pad_token_id,
-        tokenize_prompts,
-    )
+    from prefpipe.grpo.rollout import GenerationSettings, generate
     from prefpipe.grpo.sampling import decode
 
     model, tok, _ = _family_policy(family_bases[family])
@@ -223,9 +219,9 @@ def test_family_rollout_kv_cache_and_logprobs(family_bases, family):
         uniforms,
     )
     with torch.no_grad():
-        assert torch.equal(
-            decode(model, *args, 1.0, 0, 1.0, lean=True), decode(model, *args, 1.0, 0, 1.0, lean=False)
-        )
+        plain = decode(model, *args, 1.0, 0, 1.0)
+        assert torch.equal(decode_compact(model, *args, 1.0, 0, 1.0, lean=True), plain)
+        assert torch.equal(decode_compact(model, *args, 1.0, 0, 1.0, lean=False), plain)
     for sample in (False, True):
         settings = GenerationSettings(max_new_tokens=10, do_sample=sample)
         rollout = generate(model, tok, GRPO_PROMPTS, 2, settings, uniforms=uniforms if sample else None)
