@@ -29,6 +29,9 @@ STEPS = {
 }
 # The one family whose layers the reward fast paths (selected last layer, lean scoring forward) recognise.
 FAST_FAMILIES = {"llama"}
+BITING_CAP = (
+    0.3  # Gemma 2's logit soft-cap in the likelihood tests: small enough to change a random model's log-probs
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +100,10 @@ def test_likelihood_features_are_the_language_models_own(family_bases, family):
 
     base = family_bases[family]
     lm, bare = AutoModelForCausalLM.from_pretrained(base).eval(), AutoModel.from_pretrained(base).eval()
+    if getattr(
+        lm.config, "final_logit_softcapping", None
+    ):  # a cap that bites on a random model's small logits
+        lm.config.final_logit_softcapping = bare.config.final_logit_softcapping = BITING_CAP
     tok = family_tokenizer(FAMILIES[family])
     ids = torch.tensor(
         [tok(format_pair(tok, "Choose a move.", "rock paper"), add_special_tokens=False)["input_ids"]]
@@ -260,3 +267,32 @@ def test_family_grpo_steps(family_bases, tmp_path, family):
         assert summary["all_finite"] and len(trainer.metric_rows) == 2, (lora, summary)
         moved = [k for k, v in model.named_parameters() if k in before and not torch.equal(v, before[k])]
         assert moved, lora
+
+
+@pytest.mark.parametrize("family", NAMES)
+def test_family_head_folder_export(family_bases, tmp_path, family):
+    """A Bayesian GPM on the default features (embedding mean; likelihood on the tied families, soft-capped on
+    Gemma 2) exported as a head folder: its standalone loader's P(a > b) equals prefpipe's to 1e-5."""
+    import importlib.util
+
+    from prefpipe.export.run import export_reward
+
+    rm, _ = build_reward(family_bases[family], "bgpm", data={"max_length": 128})
+    assert rm.spec.likelihood_features == bool(rm.config.tie_word_embeddings)
+    if getattr(rm.config, "final_logit_softcapping", None):
+        rm.likelihood_model.config.final_logit_softcapping = BITING_CAP
+    save_reward_model(rm.eval(), tmp_path / "run" / "model")
+    assert export_reward(tmp_path / "run", tmp_path / "export")["format"] == "head-folder"
+    spec = importlib.util.spec_from_file_location(
+        f"loader_{family}", tmp_path / "export" / "reward_loader.py"
+    )
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    exported = loader.ExportedRewardModel.from_folder(tmp_path / "export")
+    half = len(PROMPTS) // 2
+    a, b = (rm.encode(PROMPTS[:half], r, 4) for r in (RESPONSES[:half], RESPONSES[half:]))
+    want = rm.preference_prob(a, b, 8, torch.Generator().manual_seed(3))
+    got = exported.preference_prob(
+        PROMPTS[:half], RESPONSES[:half], RESPONSES[half:], 8, torch.Generator().manual_seed(3)
+    )
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
