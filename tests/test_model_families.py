@@ -250,21 +250,27 @@ def test_family_rollout_kv_cache_and_logprobs(family_bases, family):
 @pytest.mark.parametrize("family", NAMES)
 def test_family_grpo_steps(family_bases, tmp_path, family):
     """Two GRPO steps (rollout, old/reference log-probs, clipped update with KL) on the family's policy, full
-    fine-tuning and LoRA (all linear layers, Phi-3's fused projections included): finite losses, weights move."""
-    from prefpipe.grpo.rewards import WeightedReward
+    fine-tuning and LoRA (all linear layers, Phi-3's fused projections included), rewarded by a GPM reward model on
+    the same family loaded as the stage loads it: finite losses, the weights move."""
+    from support.settings import reward_spec
+
+    from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
 
+    rm, _ = build_reward(family_bases[family], "gpm", data={"max_length": 128})
+    save_reward_model(rm.eval(), tmp_path / "rm")
+    rewards = build_rewards([reward_spec("reward_model")], load_reward_model(tmp_path / "rm"))
     rows = [{"id": str(i), "prompt": p, "answer": "5", "kind": "add"} for i, p in enumerate(GRPO_PROMPTS)]
     for lora in (False, True):
         model, tok, state = _family_policy(family_bases[family], lora)
         before = {k: v.clone() for k, v in model.named_parameters() if v.requires_grad}
-        reward = WeightedReward(
-            "length", 1.0, lambda inputs: torch.tensor([len(t) / 10 for t in inputs.completions])
-        )
-        trainer = GRPOTrainer(_grpo_settings({"beta": 0.04}), model, tok, state, rows, [reward],
+        trainer = GRPOTrainer(_grpo_settings({"beta": 0.04}), model, tok, state, rows, rewards,
                               tmp_path / str(lora), run_fingerprint="fp")  # fmt: skip
         summary = trainer.train()
         assert summary["all_finite"] and len(trainer.metric_rows) == 2, (lora, summary)
+        assert any(
+            row["reward_std"] > 0 for row in trainer.metric_rows
+        )  # the reward model tells samples apart
         moved = [k for k, v in model.named_parameters() if k in before and not torch.equal(v, before[k])]
         assert moved, lora
 
