@@ -164,6 +164,8 @@ def _summary(
     }
     if report is not None:
         summary["external"] = report
+    if "uncertainty" in world.stats:
+        summary["uncertainty_world"] = world.stats["uncertainty"]
     # Leakage, whatever the source (_check_leakage): test pairs repeating a training pair or sharing a prompt or
     # id with one; held-out RL prompts that repeated a training prompt (dropped by rl_prompts) and that still
     # repeat one after punctuation folding (refused above data.max_overlap_share).
