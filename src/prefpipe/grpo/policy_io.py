@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
 from prefpipe.common.model_errors import model_load
+from prefpipe.common.transformers_api import get_peft_model
 from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -45,7 +46,7 @@ def load_policy(
     with model_load(path, "policy"):
         model, tokenizer, state = _load(path, torch_dtype)
     if state == "none" and lora is not None and lora.enabled:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
         config = LoraConfig(
             r=lora.r,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from prefpipe.common.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.lean_decode import LeanLlama
 from prefpipe.grpo.logprobs import position_ids_from_mask
 
@@ -91,7 +92,7 @@ def decode(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = first.past_key_values
+    cache = output_cache(first)
     if group_size > 1:
         cache.batch_repeat_interleave(group_size)
     logits = first.logits[:, -1, :].repeat_interleave(group_size, dim=0)
@@ -135,10 +136,9 @@ def decode(
             input_ids=token.unsqueeze(-1),
             attention_mask=attn,
             position_ids=next_pos.unsqueeze(-1),
-            past_key_values=cache,
-            use_cache=True,
+            **cache_kwargs(model, cache),
         )
-        cache = step_out.past_key_values
+        cache = output_cache(step_out)
         logits = step_out.logits[:, -1, :]
         next_pos = next_pos + 1
     return out[:, :steps]
