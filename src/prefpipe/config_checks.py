@@ -1,7 +1,8 @@
 """Config checks that need a registry owned above the settings layer, run once on the whole experiment.
 
-The settings layer (prefpipe.settings) checks what the config alone can say. Three facts belong to higher
-layers: the reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads), the verifiers
+The settings layer (prefpipe.settings) checks what the config alone can say. Four facts belong to higher
+layers: the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world), the
+reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads), the verifiers
 `data.prompts.verifier` may name (prefpipe.data.verifier) and which GRPO rewards read prompt answers
 (prefpipe.grpo.rewards). This top-layer module asks each owner and names the config key. The workflow builds
 its settings through `checked_pipeline` (workflow/rules/common.smk), as do the tests (tests/support/settings.py);
@@ -14,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from prefpipe.common.config import ConfigError
+from prefpipe.data.synthetic_noise import check_switches
+from prefpipe.data.synthetic_world import SUBSETS
 from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.rewards import answer_reward_keys
 from prefpipe.reward.heads import check_head_settings
@@ -28,6 +31,9 @@ def checked_pipeline(config: dict[str, Any], threads: int | None = None) -> Pipe
 
 def check_registered(settings: PipelineSettings) -> PipelineSettings:
     """The registry checks, in the order of the stages; ConfigError naming the key. Returns `settings`."""
+    world = settings.data.synthetic
+    if world.label_noise or world.unfamiliar_subsets:
+        check_switches(world.label_noise, world.unfamiliar_subsets, SUBSETS, "data.synthetic")
     check_verifier(settings.data.prompts, "data.prompts")
     for name, variant in settings.reward.items():
         try:

@@ -144,6 +144,8 @@ def _summary(
     }
     if report is not None:
         summary["external"] = report
+    if "uncertainty" in world.stats:
+        summary["uncertainty_world"] = world.stats["uncertainty"]
     # Leakage check, whatever the source: test pairs sharing a prompt or id with training pairs, and held-out
     # RL prompts that repeated a training prompt (dropped by rl_prompts; the synthetic world has none).
     summary["train_test_overlap"] = {

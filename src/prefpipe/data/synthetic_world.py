@@ -24,6 +24,7 @@ from prefpipe.data import (
     synthetic_safety,
     synthetic_tradeoff,
 )
+from prefpipe.data.synthetic_noise import apply_switches
 from prefpipe.data.synthetic_tasks import Task, habitual_miss, near_misses, sample_task
 from prefpipe.settings.data import SyntheticWorldSettings
 
@@ -234,8 +235,12 @@ def build_world(settings: SyntheticWorldSettings, seed: int, parts: frozenset[st
     demo_counts = {"wrong": 0, "habitual": 0}
     if "demonstrations" in parts:
         world.demonstrations, demo_counts = _demonstrations(settings, seed, kinds, excluded)
+    uncertainty = None
     if "pairs" in parts:
-        world.pairs_train, world.pairs_test = _pairs(settings, seed, excluded)
+        train, test = _pairs(settings, seed, excluded)
+        world.pairs_train, world.pairs_test, uncertainty = apply_switches(
+            train, test, settings.label_noise, settings.unfamiliar_subsets, seed, SUBSETS
+        )
     world.stats = {
         "demonstrations_wrong": demo_counts["wrong"],
         "demonstrations_habitual": demo_counts["habitual"],
@@ -245,4 +250,6 @@ def build_world(settings: SyntheticWorldSettings, seed: int, parts: frozenset[st
         "pairs_train_per_subset": dict(Counter(r["subset"] for r in world.pairs_train)),
         "pairs_test_per_subset": dict(Counter(r["subset"] for r in world.pairs_test)),
     }
+    if uncertainty is not None:  # only with a switch on (data.synthetic.label_noise, unfamiliar_subsets)
+        world.stats["uncertainty"] = uncertainty
     return world
