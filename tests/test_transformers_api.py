@@ -13,13 +13,11 @@ import sys
 import pytest
 import torch
 import transformers
-from support.models import chat_tokenizer, save_tiny_policy, tiny_llama
-from support.rows import rl_rows
-from support.settings import grpo_settings, reward_settings, stage_json
+from support.models import chat_tokenizer, save_grpo_inputs, tiny_llama
+from support.settings import grpo_settings, stage_json
 from support.stages import stage_argv, stage_env
 from transformers import DynamicCache
 
-from prefpipe.common.io import write_jsonl
 from prefpipe.common.transformers_api import cache_kwargs, get_peft_model, output_cache
 
 
@@ -59,16 +57,7 @@ DEPRECATION = re.compile(r"deprecat", re.IGNORECASE)
 
 @pytest.fixture(scope="module")
 def grpo_inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grpo_warnings")
-    policy = save_tiny_policy(root / "base", seed=2)
-    write_jsonl(root / "data" / "rl_prompts_train.jsonl", rl_rows())
-    write_jsonl(root / "data" / "rl_prompts_heldout.jsonl", rl_rows())
-    from prefpipe.reward.model import build_reward_model, save_reward_model
-
-    torch.manual_seed(0)
-    rm = build_reward_model(str(policy), reward_settings({"head": {"dim": 4}, "data": {"max_length": 64}}))
-    save_reward_model(rm, root / "rm")
-    return root
+    return save_grpo_inputs(tmp_path_factory.mktemp("grpo_warnings"))
 
 
 @pytest.mark.parametrize(
