@@ -92,3 +92,21 @@ def test_a_tiny_grpo_run_logs_no_deprecation_warning(grpo_inputs, tmp_path, lora
     assert (tmp_path / "out" / "summary.json").exists()
     notices = [line for line in result.stderr.splitlines() if DEPRECATION.search(line)]
     assert not notices, f"transformers {transformers.__version__}: {notices}"
+
+
+def test_lora_reward_model_builds_saves_and_loads_without_deprecation_warnings(tmp_path):
+    """peft reads a deprecated transformers attribute when it wraps or loads an adapter (reward and GRPO
+    LoRA both go through prefpipe.common.transformers_api)."""
+    import warnings
+
+    from support.models import lora_reward, save_tiny_base
+
+    from prefpipe.reward.model import load_reward_model, save_reward_model
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rm, _ = lora_reward(save_tiny_base(tmp_path / "base"))
+        save_reward_model(rm, tmp_path / "rm")
+        load_reward_model(tmp_path / "rm")
+    notices = [str(w.message) for w in caught if DEPRECATION.search(str(w.message))]
+    assert not notices
