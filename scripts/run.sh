@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 1: run the whole workflow on the embedded default (CPU, offline, minutes).
-# Extra arguments go to snakemake unchanged: a target (`bash scripts/run.sh results/base/summary.json`), a rerun
+# Extra arguments go to snakemake unchanged: a target (`bash scripts/run.sh results/synthetic-default/base/summary.json`), a rerun
 # (`-R build_base`) or an experiment (`--configfile config/experiments/X.yaml`). The Snakefile loads
 # config/config.yaml itself, so this script passes no --configfile of its own. Snakemake's --configfile and -R
 # take every following word, so put targets first (`run.sh TARGET --configfile X.yaml`) or write

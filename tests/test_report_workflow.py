@@ -78,7 +78,7 @@ def tiny_run(tmp_path_factory) -> dict:
     seconds = time.monotonic() - start
     print(f"\ntiny_full workflow: {seconds:.1f} s")
     assert result.returncode == 0, result.stderr[-6000:]
-    results = workdir / "results"
+    results = workdir / "results" / "tiny-full"  # results_dir: results/{experiment}
     md = (results / "report" / "report.md").read_text(encoding="utf-8")
     return {
         "workdir": workdir,

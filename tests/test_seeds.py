@@ -120,10 +120,13 @@ def test_the_seeds_command_dry_runs_each_seed_in_its_own_folder(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "[bootstrap]" not in output
+    folder = (
+        "results/synthetic-seeds"  # the seeds experiment's own folder (results_dir: results/{experiment})
+    )
     for seed in (3, 4):
-        overlay = yaml.safe_load((work / "results" / "seeds" / f"seed-{seed}.yaml").read_text())
-        assert overlay == {"seed": seed, "results_dir": f"results/seeds/seed-{seed}"}
-        assert f"results/seeds/seed-{seed}/eval/bgpm-no-klmean/summary.json" in output
-        assert f"results/seeds/seed-{seed}/ablation/summary.json" in output
-    assert "train_grpo" not in output and "results/eval/" not in output
-    assert sorted(p.name for p in (work / "results" / "seeds").iterdir()) == ["seed-3.yaml", "seed-4.yaml"]
+        overlay = yaml.safe_load((work / folder / f"seed-{seed}.yaml").read_text())
+        assert overlay == {"seed": seed, "results_dir": f"{folder}/seed-{seed}"}
+        assert f"{folder}/seed-{seed}/eval/bgpm-no-klmean/summary.json" in output
+        assert f"{folder}/seed-{seed}/ablation/summary.json" in output
+    assert "train_grpo" not in output and f"{folder}/eval/" not in output
+    assert sorted(p.name for p in (work / folder).iterdir()) == ["seed-3.yaml", "seed-4.yaml"]

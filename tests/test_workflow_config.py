@@ -91,7 +91,7 @@ def test_reward_only_selects_variants(tmp_path, only, expected):
     output = result.stderr + result.stdout
     if expected is None:
         assert result.returncode == 0, output
-        trained = re.findall(r"results/reward/([\w.-]+)/summary\.json", result.stdout)
+        trained = re.findall(r"results/synthetic-default/reward/([\w.-]+)/summary\.json", result.stdout)
         assert set(trained) == set(only), trained
     else:
         assert result.returncode != 0 and expected in output, output
@@ -111,10 +111,13 @@ def test_grpo_only_and_stage_switches_select_jobs(tmp_path, override, runs, repo
     workdir = _workflow_copy(tmp_path)
     result = _dry_run(workdir, "--configfile", _write_override(workdir, override))
     assert result.returncode == 0, result.stderr + result.stdout
-    assert set(re.findall(r"results/grpo/([\w.-]+)/summary\.json", result.stdout)) == runs
-    assert set(re.findall(r"results/policy_eval/([\w.-]+)/summary\.json", result.stdout)) == runs
-    assert ("results/report/report.html" in result.stdout) is report
-    assert "results/eval/bt/summary.json" in result.stdout  # the reward side is untouched
+    assert set(re.findall(r"results/synthetic-default/grpo/([\w.-]+)/summary\.json", result.stdout)) == runs
+    assert (
+        set(re.findall(r"results/synthetic-default/policy_eval/([\w.-]+)/summary\.json", result.stdout))
+        == runs
+    )
+    assert ("results/synthetic-default/report/report.html" in result.stdout) is report
+    assert "results/synthetic-default/eval/bt/summary.json" in result.stdout  # the reward side is untouched
 
 
 def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
@@ -158,7 +161,9 @@ def test_the_ablation_job_reads_the_evaluations_of_its_rows(tmp_path, only, inpu
     blocks = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("ablation:")]
     assert len(blocks) == (1 if inputs else 0)
     if inputs:
-        read = re.findall(r"results/eval/([\w.-]+)/per_example\.parquet", blocks[0].split("output:")[0])
+        read = re.findall(
+            r"results/synthetic-default/eval/([\w.-]+)/per_example\.parquet", blocks[0].split("output:")[0]
+        )
         assert len(set(read)) == inputs
         report = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("report:")][0]
-        assert "results/ablation/summary.json" in report.split("output:")[0]
+        assert "results/synthetic-default/ablation/summary.json" in report.split("output:")[0]

@@ -11,16 +11,23 @@ import sys
 SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, SRC)
 
-from prefpipe.common import model_ref, slurm_guard
+from prefpipe.common import model_ref, results_owner, slurm_guard
+from prefpipe.report.inputs import compare_roots
 from prefpipe.settings.pipeline import PipelineSettings
 
 # The one settings layer: the merged config validated against workflow/schemas/config.schema.yaml and typed,
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs.
 SETTINGS = PipelineSettings.from_config(config)
-RESULTS = (
-    SETTINGS.results_dir
-)  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
+# results_dir: results/<experiment> unless a run gives itself another (scripts/seeds.sh)
+RESULTS = SETTINGS.results_dir
+# Another experiment's finished outputs in RESULTS stop the run here, before any job (nothing deleted); with
+# replace_results: true they are deleted in onstart (a real run only, never a dry run).
+REPLACED = results_owner.check(
+    RESULTS, SETTINGS.raw["experiment"], SETTINGS.raw["replace_results"]
+)
+# report.compare: each entry another existing folder, not this run's own and not named twice (one-line error).
+COMPARED = compare_roots(SETTINGS.report.compare, RESULTS) if SETTINGS.report else {}
 
 
 def stage_config(settings, threads):
@@ -293,3 +300,4 @@ def report_manifest(input):
 onstart:
     # SLURM runs: a missing account stops before the first submission; a lost controller ends the run.
     slurm_guard.start(workflow)
+    results_owner.remove(REPLACED)

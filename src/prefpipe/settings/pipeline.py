@@ -43,6 +43,11 @@ def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAU
     return config
 
 
+def results_dir(config: dict[str, Any]) -> str:
+    """config `results_dir` with `{experiment}` replaced by the experiment's name (default results/<name>)."""
+    return str(config["results_dir"]).replace("{experiment}", str(config["experiment"]))
+
+
 def _narrow(names: list[str], only: list[str] | None, key: str, collection: str) -> list[str]:
     if only is None:
         return names
@@ -70,7 +75,7 @@ class PipelineSettings:
     accelerate_config: (
         str | None
     )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
-    results_dir: str  # the folder every stage writes under (a workflow key, no stage reads it)
+    results_dir: str  # the folder every stage writes under, `{experiment}` filled in (a workflow key)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
@@ -155,7 +160,7 @@ class PipelineSettings:
             report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
             hypotheses=hypotheses,
             accelerate_config=cfg["launch"]["accelerate_config"],
-            results_dir=cfg["results_dir"],
+            results_dir=results_dir(cfg),
         )
 
     def needs_base(self) -> bool:
