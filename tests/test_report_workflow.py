@@ -55,7 +55,6 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
-    env.pop("PYTHONPATH", None)  # the rules set it to the copy's src/
     return env
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SHARED_DATA
 from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +46,10 @@ def test_default_config_dry_runs(tmp_path):
 )
 def test_experiment_configs_dry_run(tmp_path, experiment):
     workdir = _workflow_copy(tmp_path)
+    # ../shared/data as beside a checkout: a data file an experiment names is an input, so a missing one would
+    # fail its dry run (naming the key and the file)
+    if SHARED_DATA.is_dir():
+        (tmp_path / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
     result = _dry_run(workdir, "--configfile", str(workdir / "config" / "experiments" / experiment.name))
     assert result.returncode == 0, result.stderr + result.stdout
 

@@ -6,31 +6,19 @@ run's own folder and a folder named twice."""
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from support.workflow import workflow_copy
+from support.workflow import run_snakemake, workflow_copy
 
 OWN = "results/tiny-full"  # results_dir: results/{experiment}; tests/configs/tiny_full.yaml is `tiny-full`
 DATA = f"{OWN}/data/summary.json"
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    result.output = result.stdout + result.stderr
-    return result
+    return run_snakemake(workdir, "--cores", "1", *args, timeout=300)
 
 
 def _hashes(folder: Path) -> dict[str, str]:

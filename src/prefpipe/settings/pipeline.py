@@ -30,7 +30,9 @@ from prefpipe.settings.report import ReportSettings
 from prefpipe.settings.reward import RewardSettings
 from prefpipe.settings.run import RUN_WIDE_KEYS
 
-DEFAULT_CONFIG = schema.REPO_ROOT / "config" / "config.yaml"
+# The working directory's config/config.yaml (a deployed workflow's own), else the checkout's.
+_CWD_CONFIG = Path("config/config.yaml").resolve()
+DEFAULT_CONFIG = _CWD_CONFIG if _CWD_CONFIG.is_file() else schema.REPO_ROOT / "config" / "config.yaml"
 T = TypeVar("T")
 
 
