@@ -13,13 +13,14 @@ from prefpipe.settings import schema
 # The schemas are this workflow's own (workflow/schemas), for this process and every job it starts.
 schema.use_workflow(os.path.dirname(workflow.current_basedir))
 from prefpipe.common.config import ConfigError
+from prefpipe.config_checks import checked_pipeline
 from prefpipe.report.inputs import Manifest, compare_roots
-from prefpipe.settings.pipeline import PipelineSettings
 
 # The one settings layer: the merged config validated against workflow/schemas/config.schema.yaml and typed,
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
-# so does a reward.only that drops a variant some GRPO run needs.
-SETTINGS = PipelineSettings.from_config(config)
+# so does a reward.only that drops a variant some GRPO run needs, or a name no registry knows (a head type, a
+# verifier; prefpipe.config_checks).
+SETTINGS = checked_pipeline(config)
 # results_dir: results/<experiment> unless a run gives itself another (scripts/seeds.sh)
 RESULTS = SETTINGS.results_dir
 # Another experiment's finished outputs in RESULTS stop the run here, before any job (nothing deleted); with
