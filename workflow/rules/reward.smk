@@ -43,3 +43,28 @@ rule train_reward_model:
             "--data {params.data:q} --base {params.backbone:q}",
             launch="{params.launch}",
         )
+
+
+# Not in `all`: ask for it (snakemake results/<experiment>/reward/<variant>/export). A BT model whose head reads only
+# the last token's state becomes an AutoModelForSequenceClassification folder, every other model its backbone,
+# head and reward_loader.py; the card reads the variant's evaluation summary.
+rule export_reward_model:
+    input:
+        model=rules.train_reward_model.output.model,
+        eval_summary=f"{RESULTS}/eval/{{variant}}/summary.json",
+    output:
+        directory(f"{RESULTS}/reward/{{variant}}/export"),
+    log:
+        f"{RESULTS}/reward/{{variant}}/export_reward_model.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/export_reward_model_{{variant}}.tsv"
+    conda:
+        "../envs/prefpipe.yaml"
+    threads: res("export_reward_model", "threads")
+    resources:
+        **rule_resources("export_reward_model"),
+    params:
+        run=lambda wildcards, input: os.path.dirname(input.model),
+    shell:
+        "OMP_NUM_THREADS={threads} exec python -m prefpipe.export_reward"
+        " {params.run:q} {output:q} --eval-summary {input.eval_summary:q} > {log:q} 2>&1"
