@@ -190,6 +190,11 @@ NOT_CONFIG_DEFAULTS = {
     ("reward/network.py", "train", "mode"),  # torch's nn.Module.train(mode=True) signature, not a setting
     ("report/run_tables.py", ".get", "experiment"),
     ("report/run_tables.py", ".get", "seed"),
+    # the exported loader runs without prefpipe (no config to read): its own call defaults are its API
+    ("export/reward_loader.py", "__init__", "device"),
+    ("export/reward_loader.py", "__init__", "dtype"),
+    ("export/reward_loader.py", "encode", "batch_size"),
+    ("export/card.py", ".get", "backbone"),  # an old run's config.json without the section: the card says so
 }
 
 
