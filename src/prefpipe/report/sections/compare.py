@@ -56,20 +56,7 @@ def build(ctx: Context) -> Section | None:
         "(ECE too)."
     )
     names = ", ".join(f"{t.name} (seed {t.seed})" for t in trees)
-    blocks = []
-    if len(by_exp) > 1:
-        folders = "; ".join(
-            f"{exp}: {', '.join(str(t.root) for t in members)}" for exp, members in by_exp.items()
-        )
-        blocks.append(
-            Table(
-                f"Overall on {ctx.bench}, experiments side by side",
-                ["Variant", *by_exp],
-                [[v, *cells] for v, cells in side.items()],
-                f"{note} Folders: {folders}.",
-                anchor="compare-side-by-side",
-            )
-        )
+    blocks = _side_by_side(ctx.bench, by_exp, side, note)
     blocks += [
         Table(
             f"Reward models on {ctx.bench}: {names}",
@@ -100,3 +87,21 @@ def build(ctx: Context) -> Section | None:
             )
         )
     return Section(TITLE, blocks, ANCHOR)
+
+
+def _side_by_side(bench: str, by_exp: dict[str, list], side: dict[str, list[str]], note: str) -> list[Table]:
+    """One column per experiment (only when more than one is compared), naming each experiment's folders."""
+    if len(by_exp) < 2:
+        return []
+    folders = "; ".join(
+        f"{exp}: {', '.join(str(t.root) for t in members)}" for exp, members in by_exp.items()
+    )
+    return [
+        Table(
+            f"Overall on {bench}, experiments side by side",
+            ["Variant", *by_exp],
+            [[v, *cells] for v, cells in side.items()],
+            f"{note} Folders: {folders}.",
+            anchor="compare-side-by-side",
+        )
+    ]
