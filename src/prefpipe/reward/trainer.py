@@ -25,6 +25,7 @@ from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
+from prefpipe.common.progress import Progress
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.fast import shared_prompt
@@ -313,10 +314,12 @@ class RewardTrainer:
         model, optimizer, scheduler = self.acc.prepare(self.rm, optimizer, scheduler)
         fingerprint = self.fingerprint
         start, history, resumed_from = self._resume()
-        with self.stop:
+        bar = Progress(self.steps, "reward training", start=start, enabled=self.acc.is_main_process)
+        with self.stop, bar:
             for step in range(start, self.steps):
                 row = self._step(step, model, optimizer, scheduler, (chosen, rejected))
                 history.append(row)
+                bar.step(loss=row[LOSS], accuracy=row[ACCURACY], lr=row["lr"], grad_norm=row[GRAD_NORM])
                 if self.log_fn and self.acc.is_main_process:
                     self.log_fn(**row)
                 if self.on_step_end is not None:
