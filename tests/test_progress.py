@@ -59,6 +59,8 @@ def test_resumed_loop_counts_rate_and_eta_from_its_start(clock, caplog):
 def test_disabled_progress_shows_nothing(clock, caplog, capsys):
     with caplog.at_level(logging.INFO, logger="prefpipe.progress"):
         items = list(progress(range(3), 3, "scoring", enabled=False))
+        with Progress(0, "head fit before") as empty:  # a head fit of 0 steps
+            assert not empty.enabled
     assert items == [0, 1, 2] and not caplog.records and capsys.readouterr().err == ""
 
 

@@ -22,7 +22,7 @@ log = logging.getLogger("prefpipe.progress")
 
 LINE_EVERY_S = 5.0
 BAR_EVERY_S = 2.0
-BAR_COLUMNS = 100
+BAR_COLUMNS = 160  # room for the bar and four rounded metrics
 T = TypeVar("T")
 
 
@@ -64,7 +64,7 @@ class Progress:
         line_every_s: float = LINE_EVERY_S,
     ) -> None:
         self.total, self.label, self.unit, self.done = total, label, unit, start
-        self.enabled = enabled
+        self.enabled = enabled and total > 0  # a loop of no steps (a head fit switched off) shows nothing
         self.line_every_s = line_every_s
         self.started = self.last_line = time.monotonic()
         self.start = start
@@ -78,7 +78,7 @@ class Progress:
             mininterval=BAR_EVERY_S,
             ncols=BAR_COLUMNS,
             ascii=True,
-            disable=not enabled,
+            disable=not self.enabled,
         )
 
     def rate(self) -> float | None:
@@ -106,13 +106,14 @@ class Progress:
 
     def step(self, n: int = 1, **metrics: Any) -> None:
         """Advance `n` units; log the rounded line when it is due (first and last unit, every line_every_s).
-        The bar's postfix shows the metrics of the last line."""
+        The bar shows the metrics of the step it is drawn at."""
         self.done += n
         if not self.enabled:
             return
         now = time.monotonic()
         due = self.lines == 0 or self.done >= self.total or now - self.last_line >= self.line_every_s
-        if due and metrics:  # formatted only when shown: a metric may be a device tensor (one sync per line)
+        redraw = time.time() - self.bar.last_print_t >= self.bar.mininterval  # tqdm's own clock and test
+        if metrics and (due or redraw):  # formatted only when shown: a metric may be a device tensor (a sync)
             self.bar.set_postfix({k: rounded(v) for k, v in metrics.items()}, refresh=False)
         self.bar.update(n)
         if due:
