@@ -32,11 +32,12 @@ def complete(
     batch_size: int,
     max_prompt_length: int | None,
     seed: int,
+    label: str = "decode",
 ) -> Completions:
-    """One completion per prompt, in batches; seeded per batch so the result does not depend on the order."""
+    """One completion per prompt, in batches; seeded per batch so the result does not depend on the order.
+    `label` names the loop's progress in the log."""
     out = Completions()
     starts = range(0, len(prompts), batch_size)
-    label = "decode " + ("sampled" if settings.do_sample else "greedy")
     for b, start in enumerate(progress(starts, len(starts), label)):
         torch.manual_seed(seed * 100_003 + b)
         ro = generate(model, tokenizer, prompts[start : start + batch_size], 1, settings, max_prompt_length)
