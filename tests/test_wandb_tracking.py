@@ -102,3 +102,9 @@ def test_ids_differ_by_seed_stage_and_member_and_not_by_folder(tmp_path):
     assert base.id not in others and len(others) == 3
     assert wandb_identity("eval_rewardbench", stage_config(seed=4), tmp_path).group == "tiny-seed4"
     assert len(base.id) <= 64 and base.id.replace("-", "").isalnum()
+
+
+def test_one_per_run_stage_names_no_member(tmp_path):
+    config = {k: v for k, v in stage_config().items() if k != "variant"}
+    assert wandb_identity("report", config, tmp_path / "report").name == "tiny/report/seed3"
+    assert wandb_identity("prep_data", config, tmp_path / "data").name == "tiny/prep_data/seed3"

@@ -53,8 +53,9 @@ def wandb_identity(stage: str, config: dict[str, Any], out_dir: Path) -> WandbId
     key = json.dumps([experiment, seed, stage, member])
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:ID_HEX_CHARS]
     seed_part = None if seed is None else f"seed{seed}"
-    name = "/".join(str(p) for p in (experiment, stage, member, seed_part) if p is not None and p != "")
     job_type = JOB_TYPES.get(stage, stage)
+    shown = None if member in (stage, job_type) else member  # the folder of a one-per-run stage says nothing
+    name = "/".join(str(p) for p in (experiment, stage, shown, seed_part) if p is not None and p != "")
     group = "-".join(str(p) for p in (experiment or "prefpipe", seed_part) if p)
     tags = tuple(dict.fromkeys(t[:64] for t in (member, job_type, str(experiment or "")) if t))
     return WandbIdentity(ID_PREFIX + digest, name, group, job_type, tags)
