@@ -177,16 +177,17 @@ class RewardModel(nn.Module):
         return kwargs
 
     @torch.no_grad()
-    def cache_likelihood(self, rows: list[TokenizedRow], batch_size: int) -> None:
+    def cache_likelihood(self, rows: list[TokenizedRow], batch_size: int, show_progress: bool = True) -> None:
         """Set each row's likelihood summary once (likelihood_features; nothing otherwise): the frozen model
         gives the same summary at every step, so training steps, the shared-prompt form and the head fits read
         it instead of running the frozen model on every micro-batch. Rows go sorted by length in batches of
         `batch_size`; a row's summary depends on the row alone up to float rounding (its padded width moves the
-        last bits), and the cache fixes one value per row."""
+        last bits), and the cache fixes one value per row. `show_progress`: a bar in the log (the main process's)."""
         if not self.spec.likelihood_features:
             return
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-        for start in range(0, len(order), batch_size):
+        starts = range(0, len(order), batch_size)
+        for start in progress(starts, len(starts), "likelihood features", enabled=show_progress):
             chunk = [rows[i] for i in order[start : start + batch_size]]
             batch = {k: v.to(self.device) for k, v in self.encoder.pad(chunk).items()}
             stats = likelihood.response_stats(

@@ -297,7 +297,7 @@ class RewardTrainer:
         set_seed(s.seed, device_specific=True)  # distinct sampling/dropout noise per process, reproducible
         chosen, rejected, truncated_pairs = self._tokenize()
         if self.acc.distributed_type != DistributedType.DEEPSPEED:  # ZeRO-3 partitions the frozen model too
-            self.rm.cache_likelihood(chosen + rejected, t.micro_batch_size)
+            self.rm.cache_likelihood(chosen + rejected, t.micro_batch_size, self.acc.is_main_process)
         half = deepspeed_param_dtype(self.acc)
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)
