@@ -18,9 +18,16 @@ import sys
 from prefpipe.export.run import FORMS, export_reward
 
 
+DESCRIPTION = (
+    "Export a trained reward model (a results/reward/<variant> folder) for tools without prefpipe: an "
+    "AutoModelForSequenceClassification folder where that is faithful (a BT head on the last token), else the "
+    "backbone with the head and reward_loader.py; both with a README.md model card."
+)
+
+
 def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentParser:
     """The export's arguments (also `prefpipe export`'s, prefpipe.cli)."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     p.add_argument("run_dir", help="the reward run's folder (holds model/)")
     p.add_argument("out_dir", help="the export folder to write (replaced atomically)")
     p.add_argument(
