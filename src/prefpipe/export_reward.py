@@ -17,7 +17,6 @@ import sys
 
 from prefpipe.export.run import FORMS, export_reward
 
-
 DESCRIPTION = (
     "Export a trained reward model (a results/reward/<variant> folder) for tools without prefpipe: an "
     "AutoModelForSequenceClassification folder where that is faithful (a BT head on the last token), else the "
