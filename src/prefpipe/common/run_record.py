@@ -108,18 +108,18 @@ class RunRecord:
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
-    def _init_wandb(self, wandb_cfg: dict[str, Any]):
+    def _init_wandb(self, wandb_settings: dict[str, Any]):
         """wandb as the run's settings say (settings.run.WandbSettings), with the identity of
         prefpipe.common.tracking: grouped by experiment and seed, a job type per stage, and an id that a
         restarted (requeued) stage resumes (resume="allow"). A second record in one process finishes the
         previous run first (reinit="finish_previous", what the deprecated reinit=True meant)."""
-        if not wandb_cfg["enabled"]:
+        if not wandb_settings["enabled"]:
             return None
         import wandb
 
-        mode, who = wandb_cfg["mode"], self.wandb_identity()
+        mode, who = wandb_settings["mode"], self.wandb_identity()
         run = wandb.init(
-            project=wandb_cfg["project"],
+            project=wandb_settings["project"],
             id=who.id,
             resume="allow",
             name=who.name,
