@@ -55,6 +55,16 @@ class Manifest:
         return cls(files)
 
     @classmethod
+    def listed(cls, results: Path) -> Manifest:
+        """The standard manifest for the variants and runs that have a summary.json under `results` (for a
+        results folder whose report never ran: the workflow itself declares its inputs, never lists them)."""
+
+        def names(stage: str) -> list[str]:
+            return sorted(p.parent.name for p in Path(results).glob(f"{stage}/*/summary.json"))
+
+        return cls.standard(names("reward"), names("grpo"))
+
+    @classmethod
     def from_json(cls, text: str) -> Manifest:
         try:
             raw = json.loads(text)
