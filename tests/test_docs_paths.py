@@ -34,6 +34,8 @@ BACKTICKED = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 PLACEHOLDER = re.compile(r"[<{]")  # results/grpo/<run>, {variant}: a pattern, not a path
 STAGE_NUMBER = re.compile(r"\b[Ss]tage \d")
+# References a reader of the config does not have: an issue, a numbered seed session, private design notes.
+OUTSIDE_REFERENCE = re.compile(r"\bissue \d|\bseed 00\d|\bdesign[- ]notes?\b", re.IGNORECASE)
 
 
 def _exists(relative: str) -> bool:
@@ -152,3 +154,15 @@ def test_stages_are_named_by_rule_not_numbered():
         for match in STAGE_NUMBER.finditer(chunk)
     ]
     assert not numbered, f"stage numbers (name stages by their rule instead): {numbered}"
+
+
+def test_config_comments_cite_nothing_a_reader_lacks():
+    """Config comments say what a key does and why; measurements and their runs live in docs/FINDINGS.md."""
+    paths = [REPO / "config" / "config.yaml", *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
+    found = [
+        f"{path.relative_to(REPO)}: {match.group(0)!r}"
+        for path in paths
+        for comment in _yaml_comments(path)
+        for match in OUTSIDE_REFERENCE.finditer(comment)
+    ]
+    assert not found, f"config comments cite what a reader does not have: {found}"

@@ -67,7 +67,7 @@ def _train(base, head_cfg, rows, steps=12, batch=16):
         enc = rm.encoder
         out_c = rm(**enc.pad(enc.tokenize_many(prompts, [r["chosen"] for r in chunk])))
         out_r = rm(**enc.pad(enc.tokenize_many(prompts, [r["rejected"] for r in chunk])))
-        parts = rm.head.training_loss(settings.head, out_c, out_r, step)
+        parts = rm.head.loss(out_c, out_r, step)
         opt.zero_grad()
         parts.loss.backward()
         opt.step()

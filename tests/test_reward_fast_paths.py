@@ -14,7 +14,8 @@ from support.models import build_reward, save_tiny_base
 
 from prefpipe.reward.collate import chunk_bounds
 from prefpipe.reward.pairs import Pair
-from prefpipe.reward.trainer import RewardTrainer, make_optimizer, param_groups, to_device
+from prefpipe.reward.train_setup import make_optimizer, param_groups, to_device
+from prefpipe.reward.trainer import RewardTrainer
 
 WORDS = ["red", "blue", "green", "stone", "river", "cloud", "apple", "seven"]
 HEADS = ("bt", "gpm", "bgpm")

@@ -42,9 +42,7 @@ def test_the_fitted_loss_is_the_loss_of_the_models_own_forward(tiny_base, head):
     with torch.no_grad():
         out = rm(**rm.encoder.pad(chosen + rejected))
     n = len(rows)
-    parts = rm.head.training_loss(
-        settings.head, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
-    )
+    parts = rm.head.loss({k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step)
     assert float(parts.loss) == pytest.approx(metrics["loss_end"], abs=1e-5)
     assert float((parts.score > 0).float().mean()) == metrics["accuracy_end"]
     if head == "bgpm":
@@ -80,7 +78,7 @@ def test_full_batch_fitting_of_a_bt_head_descends_to_the_logistic_regression_opt
     lbfgs.step(closure)
     optimum = float(closure())
 
-    metrics = head_fit.fit_head(rm, settings.head, feats, 1000, 1e-2, step=0, schedule="constant")
+    metrics = head_fit.fit_head(rm, feats, 1000, 1e-2, step=0, schedule="constant")
     losses = [*metrics["loss_trace"], metrics["loss_end"]]  # every 100 steps, then the final loss
     assert all(b <= a + 1e-5 for a, b in zip(losses, losses[1:], strict=False)), losses  # float32 at the end
     assert losses[0] > optimum + 0.1  # it had something to descend
@@ -107,13 +105,13 @@ def test_the_cosine_schedule_is_adam_at_half_cosine_learning_rates(tiny_base):
         for group in adam.param_groups:
             group["lr"] = lr * (1 + math.cos(math.pi * i / steps)) / 2
         adam.zero_grad(set_to_none=True)
-        head_fit.pair_loss(rm, settings.head, feats, 0).loss.backward()
+        head_fit.pair_loss(rm, feats, 0).loss.backward()
         adam.step()
     expected = {k: v.clone() for k, v in rm.head.state_dict().items()}
 
     for schedule in ("cosine", "constant"):
         rm.head.load_state_dict(start)
-        head_fit.fit_head(rm, settings.head, feats, steps, lr, step=0, schedule=schedule)
+        head_fit.fit_head(rm, feats, steps, lr, step=0, schedule=schedule)
         got = rm.head.state_dict()
         same = all(torch.allclose(got[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected)
         assert same == (schedule == "cosine"), schedule

@@ -1,4 +1,4 @@
-"""The lean scoring forward (prefpipe.reward.lean_encode: fused RMSNorm and rotary, no transformers forward)
+"""The lean scoring forward (prefpipe.reward.fast.lean_encode: fused RMSNorm and rotary, no transformers forward)
 gives the transformers backbone's final states at the read positions, to float tolerance: under right and left
 padding, without a mask, with grouped-query attention, LoRA adapters and in bfloat16; and encode_dataset's
 scores match the plain path's while the transformers forward is never called. Anything it does not recognise
@@ -14,9 +14,9 @@ from test_reward_selected_last_layer import equal_length_batch
 from transformers import LlamaModel
 
 from prefpipe.common.io import read_jsonl
-from prefpipe.reward.lean_encode import final_states_at, lean_core
+from prefpipe.reward.fast.lean_encode import final_states_at, lean_core
+from prefpipe.reward.fast.selected_last_layer import causal_allowed
 from prefpipe.reward.model import POINT_POOLING
-from prefpipe.reward.selected_last_layer import causal_allowed
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 from support.settings import reward_settings
 from torch.distributions import Normal, kl_divergence
 
-from prefpipe.reward.heads import pair_loss
+from prefpipe.reward.heads import build_head
 from prefpipe.reward.heads.bgpm import BayesianGPMHead
 from prefpipe.reward.heads.gpm import GPMHead, PromptGate
 from prefpipe.reward.losses import gaussian_kl, kl_beta, kl_mean_term, preference_nll
@@ -23,6 +23,11 @@ from prefpipe.reward.scores import (
     probit_preference_prob,
     swap_blocks,
 )
+
+
+def pair_loss(settings, out_c, out_r, step):
+    """The loss of a head built with `settings` (its weights play no part: the outputs are given)."""
+    return build_head(settings, 4, 4).loss(out_c, out_r, step)
 
 
 def _loop_score(a: torch.Tensor, b: torch.Tensor, lam: torch.Tensor | None) -> torch.Tensor:
@@ -94,7 +99,7 @@ def test_bt_and_gpm_losses_match_hand_computation():
         sum(math.log(1 + math.exp(-(c - r) / tau)) for c, r in zip(rc.tolist(), rr.tolist(), strict=True)) / 2
     )
     bt = pair_loss(
-        reward_settings({"head": {"tau": tau}}, variant="bt").head, {"reward": rc}, {"reward": rr}, step=0
+        reward_settings({"head": {"tau": tau}}, variant="bt").head, {"reward": rc}, {"reward": rr}, 0
     )
     assert bt.loss.item() == pytest.approx(hand, rel=1e-6)
     assert bt.kl_loss.item() == 0 and bt.kl_beta == 0
@@ -146,7 +151,7 @@ def test_bayesian_loss_adds_beta_times_kl_of_both_sides():
         }
 
     c, r = side(), side()
-    parts = pair_loss(head, c, r, step=4)
+    parts = pair_loss(head, c, r, 4)
     score = gpm_score(c["sample"], r["sample"])
     kl = (gaussian_kl(c["raw_mean"], c["var"], 2.0) + gaussian_kl(r["raw_mean"], r["var"], 2.0)).mean()
     assert parts.kl_beta == pytest.approx(0.2)

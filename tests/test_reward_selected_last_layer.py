@@ -1,4 +1,4 @@
-"""The last decoder layer run at the read positions only (prefpipe.reward.selected_last_layer) gives what
+"""The last decoder layer run at the read positions only (prefpipe.reward.fast.selected_last_layer) gives what
 the full last layer gives, to float tolerance: features, head outputs, per-pair losses and every parameter's
 gradient; under right and left padding, with no mask, with grouped-query attention, LoRA, first-token
 pooling, and through encode_dataset (evaluation's path). Architectures it does not know keep the plain
@@ -12,7 +12,7 @@ from support.models import _llama_config, build_reward, lora_reward, pair_tokeni
 from test_reward_fast_paths import mixed_pairs, per_pair_loss, rows_of
 from transformers import LlamaModel
 
-from prefpipe.reward.selected_last_layer import last_layer
+from prefpipe.reward.fast.selected_last_layer import last_layer
 
 HEADS = ("bt", "gpm", "bgpm")
 

@@ -1,4 +1,4 @@
-"""Chosen and rejected behind one copy of their prompt (prefpipe.reward.shared_prompt) give what the two padded
+"""Chosen and rejected behind one copy of their prompt (prefpipe.reward.fast.shared_prompt) give what the two padded
 rows give, to float tolerance: head outputs, per-pair losses and every gradient, for each head, with and without
 embedding features; the 4-D mask lets each token see exactly what it sees in its own row; pairs that share
 nothing still score alike, and models it does not fit keep the padded rows; whole training runs with and
@@ -13,7 +13,7 @@ from test_reward_fast_paths import mixed_pairs, rows_of
 from test_reward_selected_last_layer import assert_same_outputs_loss_grads, close, outputs_loss_grads
 
 from prefpipe.reward.collate import TokenizedRow
-from prefpipe.reward.shared_prompt import pack_chunk, pack_pairs
+from prefpipe.reward.fast.shared_prompt import pack_chunk, pack_pairs
 from prefpipe.reward.trainer import RewardTrainer
 
 HEADS = ("bt", "gpm", "bgpm")

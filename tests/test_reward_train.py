@@ -297,7 +297,7 @@ def test_head_grad_norm_is_the_norm_of_the_head_gradients_only(tmp_path):
     import torch
     from support.models import build_reward, save_tiny_base
 
-    from prefpipe.reward.trainer import head_grad_norm
+    from prefpipe.reward.train_setup import head_grad_norm
 
     rm, _ = build_reward(save_tiny_base(tmp_path / "base"), "gpm")
     assert head_grad_norm(rm) is None  # no gradients yet

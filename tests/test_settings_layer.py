@@ -187,7 +187,7 @@ NOT_CONFIG_DEFAULTS = {
     ("reward/backbone.py", "load_backbone", "dtype"),
     ("reward/model.py", "load_reward_model", "device"),
     ("reward/model.py", "load_reward_model", "dtype"),
-    ("reward/model.py", "train", "mode"),  # torch's nn.Module.train(mode=True) signature, not a setting
+    ("reward/network.py", "train", "mode"),  # torch's nn.Module.train(mode=True) signature, not a setting
     ("report/run_tables.py", ".get", "experiment"),
     ("report/run_tables.py", ".get", "seed"),
 }

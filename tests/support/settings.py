@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefpipe.config_checks import checked_pipeline
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import EvalSettings
@@ -15,8 +16,9 @@ from prefpipe.settings.reward import RewardSettings
 
 
 def pipeline(*overlays: dict[str, Any] | str, threads: int | None = 1) -> PipelineSettings:
-    """The whole experiment's settings: config/config.yaml with each overlay (a mapping or a file) merged."""
-    return PipelineSettings.from_config(load_config(*overlays), threads=threads)
+    """The whole experiment's settings: config/config.yaml with each overlay (a mapping or a file) merged,
+    checked as the workflow checks them (prefpipe.config_checks)."""
+    return checked_pipeline(load_config(*overlays), threads=threads)
 
 
 def reward_settings(

@@ -12,12 +12,13 @@ SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, SRC)
 
 from prefpipe.common import model_ref, slurm_guard
-from prefpipe.settings.pipeline import PipelineSettings
+from prefpipe.config_checks import checked_pipeline
 
 # The one settings layer: the merged config validated against workflow/schemas/config.schema.yaml and typed,
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
-# so does a reward.only that drops a variant some GRPO run needs.
-SETTINGS = PipelineSettings.from_config(config)
+# so does a reward.only that drops a variant some GRPO run needs, or a name no registry knows (a head type, a
+# verifier; prefpipe.config_checks).
+SETTINGS = checked_pipeline(config)
 RESULTS = (
     SETTINGS.results_dir
 )  # results_dir: results unless a run gives itself another (scripts/seeds.sh)

@@ -28,6 +28,13 @@ class DataError(UserError):
     """An input data file cannot be used; the message names the file (and row where there is one)."""
 
 
+def require(condition: bool, key: str, message: str) -> None:
+    """A check the schema cannot express (e.g. a reward head's `check_settings`): ConfigError naming the
+    dotted key when `condition` is false."""
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
+
+
 class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses a key written twice in one mapping (PyYAML, and Snakemake's loader with it,
     keeps the last one silently, so a setting edited in one place can be undone by a forgotten copy below)."""

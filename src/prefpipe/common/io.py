@@ -104,9 +104,9 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, text)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read JSON Lines; a malformed line raises ValueError naming the file and line number."""
-    rows = []
+def iter_jsonl(path: str | os.PathLike, error: type[ValueError] = ValueError) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSON Lines file; a line that is not a JSON object
+    raises `error` naming the file and line number."""
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
@@ -114,11 +114,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+                raise error(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+                raise error(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            yield line_no, row
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read JSON Lines; a malformed line raises ValueError naming the file and line number."""
+    return [row for _, row in iter_jsonl(path)]
 
 
 def read_json(path: str | os.PathLike) -> Any:

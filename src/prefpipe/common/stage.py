@@ -4,7 +4,7 @@
         return run_stage("train_reward", RewardSettings, run, PATHS, argv)
 
 - `--config`: the stage's settings as inline JSON or a .json/.yaml file (what the Snakemake rule passes),
-  rebuilt into the stage's typed settings (prefpipe.settings) and checked before anything is loaded.
+  rebuilt into the stage's typed settings (`settings_cls.from_stage_config`) and checked before anything is loaded.
 - Path arguments are declared with what they must be (`PathArg(kind=...)`); a missing folder, a missing file or a
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prefpipe.common.config import UserError, load_config_arg
 from prefpipe.common.determinism import pin_cpu_kernels
@@ -39,7 +39,17 @@ from prefpipe.common.interrupts import (
 )
 from prefpipe.common.logs import setup_logging
 
-T = TypeVar("T")
+
+class StageSettings(Protocol):
+    """What the frame asks of a stage's settings class (prefpipe.settings.run.RunSettings provides it): its
+    settings rebuilt and checked from a stage's --config mapping. The settings layer sits above this one,
+    so the frame receives the class and never imports the layer."""
+
+    @classmethod
+    def from_stage_config(cls, values: dict[str, Any], key: str) -> Any: ...
+
+
+T = TypeVar("T", bound=StageSettings)
 EXIT_USER_ERROR = 2
 MODEL_MARKERS = ("config.json", "adapter_config.json", "head_config.json")
 
@@ -120,15 +130,13 @@ def _run(
     argv: list[str] | None,
     log: logging.Logger,
 ) -> int:
-    from prefpipe.settings.pipeline import load_stage  # the settings layer imports common, not vice versa
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     args = parse_stage_args(stage, paths, argv)
     try:
         for name, spec in paths.items():
             check_path(f"--{name.replace('_', '-')}", getattr(args, name), spec)
-        settings = load_stage(settings_cls, load_config_arg(args.config), "config")
+        settings = settings_cls.from_stage_config(load_config_arg(args.config), "config")
         body(settings, args)
     except (UserError, FileNotFoundError) as err:  # a missing input file is the user's to fix too
         log.error("%s: %s", stage, " ".join(str(err).split()))

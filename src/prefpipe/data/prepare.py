@@ -15,22 +15,23 @@ from prefpipe.data.normalize import train_test_overlap
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
+from prefpipe.settings.sections import subset_sections
 
 log = logging.getLogger("prefpipe.prep_data")
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
 
 
-def output_files(cfg: DataSettings) -> tuple[str, ...]:
+def output_files(settings: DataSettings) -> tuple[str, ...]:
     """The files this config asks for: demonstrations only when something trains on them (base.sft)."""
-    return tuple(name for name in FILES if name != "demonstrations" or cfg.demonstrations_needed)
+    return tuple(name for name in FILES if name != "demonstrations" or settings.demonstrations_needed)
 
 
-def world_parts(cfg: DataSettings) -> frozenset[str]:
+def world_parts(settings: DataSettings) -> frozenset[str]:
     """The parts of the synthetic world this config uses (none when pairs and prompts are external and no SFT)."""
-    parts = {"pairs"} if cfg.source == "synthetic" else set()
-    if cfg.demonstrations_needed:
+    parts = {"pairs"} if settings.source == "synthetic" else set()
+    if settings.demonstrations_needed:
         parts.add("demonstrations")
-    if cfg.prompts.source == "synthetic":
+    if settings.prompts.source == "synthetic":
         parts.add("rl_prompts")
     return frozenset(parts)
 
@@ -42,16 +43,10 @@ def check_sections(
 
     `strict` (synthetic world): every mapped name must exist and every generated subset must be mapped.
     """
-    mapped: dict[str, str] = {}
     for section, names in sections.items():
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"data.sections.{section} must be a list of subset names")
-        for name in names:
-            if name in mapped:
-                raise ConfigError(
-                    f"data.sections: subset {name!r} is in both {mapped[name]!r} and {section!r}"
-                )
-            mapped[name] = section
+    mapped = subset_sections(sections, "data.sections")
     for name in cyclic:
         if name in mapped:
             raise ConfigError(f"data.cyclic_subsets: {name!r} is also in section {mapped[name]!r}")
@@ -69,36 +64,58 @@ def check_sections(
     return unmapped
 
 
-def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
-    """Generate or load every asked file into `out`; return the summary (also written by the caller's record)."""
-    parts = world_parts(cfg)
-    world: World = build_world(cfg.synthetic, cfg.seed, parts)
+def _load(settings: DataSettings, parts: frozenset[str]) -> tuple[World, dict | None, dict[str, Any]]:
+    """The synthetic world's parts, with external pairs and file prompts in place of its own where the
+    config says so; the external source's report (None: synthetic pairs) and the prompts' report."""
+    world: World = build_world(settings.synthetic, settings.seed, parts)
     report: dict[str, Any] | None = None
-    if cfg.source != "synthetic":
+    if settings.source != "synthetic":
         from prefpipe.data.sources import load_external_pairs  # optional path; imported only when used
 
         world.pairs_train, world.pairs_test, report = load_external_pairs(
-            cfg.external, cfg.source, cfg.bad_rows, cfg.seed
+            settings.external, settings.source, settings.bad_rows, settings.seed
         )
     prompts_report: dict[str, Any] = {"source": "synthetic"}
-    if cfg.prompts.source != "synthetic":
+    if settings.prompts.source != "synthetic":
         from prefpipe.data.rl_prompts import load_rl_prompt_rows
 
         world.rl_prompts_train, world.rl_prompts_heldout, prompts_report = load_rl_prompt_rows(
-            cfg.prompts, cfg.bad_rows, cfg.seed
+            settings.prompts, settings.bad_rows, settings.seed
         )
+    return world, report, prompts_report
+
+
+def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
+    """Generate or load every asked file into `out`; return the summary (also written by the caller's record)."""
+    parts = world_parts(settings)
+    world, report, prompts_report = _load(settings, parts)
     present = {r["subset"] for r in world.pairs_train} | {r["subset"] for r in world.pairs_test}
-    sections, cyclic = cfg.sections, cfg.cyclic_subsets
-    unmapped = check_sections(sections, cyclic, present, strict=cfg.source == "synthetic")
+    sections, cyclic = settings.sections, settings.cyclic_subsets
+    unmapped = check_sections(sections, cyclic, present, strict=settings.source == "synthetic")
     if unmapped:
         log.warning("subsets in no section (reported on their own): %s", unmapped)
-    rows = {name: getattr(world, name) for name in output_files(cfg)}
+    rows = {name: getattr(world, name) for name in output_files(settings)}
     for name, file_rows in rows.items():
         write_jsonl(out / f"{name}.jsonl", file_rows)
+    return _summary(settings, world, parts, rows, unmapped, report, prompts_report)
+
+
+def _summary(
+    settings: DataSettings,
+    world: World,
+    parts: frozenset[str],
+    rows: dict[str, list[dict]],
+    unmapped: list[str],
+    report: dict[str, Any] | None,
+    prompts_report: dict[str, Any],
+) -> dict[str, Any]:
+    """summary.json: the files written, what was built, subsets, sections, demonstrations, RL prompts and the
+    train/test overlap (key order is the file's)."""
+    sections, cyclic = settings.sections, settings.cyclic_subsets
     demos = world.demonstrations
     summary: dict[str, Any] = {
-        "source": cfg.source,
-        "seed": cfg.seed,
+        "source": settings.source,
+        "seed": settings.seed,
         "files": {f"{name}.jsonl": len(file_rows) for name, file_rows in rows.items()},
         "built": {
             "synthetic_world": sorted(parts),
@@ -112,7 +129,7 @@ def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
         "cyclic_subsets": cyclic,
         "unmapped_subsets": unmapped,
         "demonstrations": {
-            "built": cfg.demonstrations_needed,
+            "built": settings.demonstrations_needed,
             "n": len(demos),
             "wrong": world.stats["demonstrations_wrong"],
             "error_rate": world.stats["demonstrations_wrong"] / max(len(demos), 1),
@@ -127,6 +144,8 @@ def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
     }
     if report is not None:
         summary["external"] = report
+    if "uncertainty" in world.stats:
+        summary["uncertainty_world"] = world.stats["uncertainty"]
     # Leakage check, whatever the source: test pairs sharing a prompt or id with training pairs, and held-out
     # RL prompts that repeated a training prompt (dropped by rl_prompts; the synthetic world has none).
     summary["train_test_overlap"] = {
@@ -138,8 +157,8 @@ def prepare(cfg: DataSettings, out: Path) -> dict[str, Any]:
     return summary
 
 
-def run(cfg: DataSettings, args: argparse.Namespace) -> None:
-    record = RunRecord(args.out, "prep_data", to_mapping(cfg))
-    summary = prepare(cfg, Path(args.out))
+def run(settings: DataSettings, args: argparse.Namespace) -> None:
+    record = RunRecord(args.out, "prep_data", to_mapping(settings))
+    summary = prepare(settings, Path(args.out))
     log.info("wrote %s", summary["files"])
     record.finish(summary)

@@ -23,6 +23,7 @@ from prefpipe.data.answers import normalize_number
 from prefpipe.data.calculator_steps import DERIVERS
 from prefpipe.data.normalize import RawRecord
 from prefpipe.data.sources import open_records
+from prefpipe.data.verifier import check_verifier
 from prefpipe.settings.data import NO_VERIFIER, PromptSourceSettings
 
 log = logging.getLogger(__name__)
@@ -52,38 +53,38 @@ def parse_answer(value: Any) -> str:
     return text
 
 
-def _row(cfg: PromptSourceSettings, value: Any, number: int, split: str) -> dict:
+def _row(settings: PromptSourceSettings, value: Any, number: int, split: str) -> dict:
     if not isinstance(value, dict):
         raise BadPrompt("not_an_object", f"expected an object, got {type(value).__name__}")
-    prompt = value.get(cfg.prompt_field)
+    prompt = value.get(settings.prompt_field)
     if not isinstance(prompt, str) or not prompt.strip():
-        raise BadPrompt("missing_prompt", f"no non-empty {cfg.prompt_field!r} field")
-    row_id = value.get(cfg.id_field) if cfg.id_field else None
+        raise BadPrompt("missing_prompt", f"no non-empty {settings.prompt_field!r} field")
+    row_id = value.get(settings.id_field) if settings.id_field else None
     row: dict[str, Any] = {"id": f"{split}-{number}" if row_id is None else str(row_id), "prompt": prompt}
-    if cfg.derive is not None:
-        row[cfg.solution_field] = value.get(cfg.solution_field)
+    if settings.derive is not None:
+        row[settings.solution_field] = value.get(settings.solution_field)
         return row
     answer, aliases = None, []
-    if cfg.has_answers:
-        raw = value.get(cfg.answer_field)
+    if settings.has_answers:
+        raw = value.get(settings.answer_field)
         if raw is None:
-            raise BadPrompt("missing_answer", f"no {cfg.answer_field!r} field")
+            raise BadPrompt("missing_answer", f"no {settings.answer_field!r} field")
         answer = parse_answer(raw)
-        if cfg.aliases_field:
-            raw_aliases = value.get(cfg.aliases_field) or []
+        if settings.aliases_field:
+            raw_aliases = value.get(settings.aliases_field) or []
             if not isinstance(raw_aliases, list):
-                raise BadPrompt("bad_aliases", f"{cfg.aliases_field!r} is not a list")
+                raise BadPrompt("bad_aliases", f"{settings.aliases_field!r} is not a list")
             aliases = [str(a).strip() for a in raw_aliases if str(a).strip()]
     return row | {"answer": answer, "aliases": aliases}
 
 
 def _read(
-    cfg: PromptSourceSettings, key: str, path: str, split: str, bad_rows: str
+    settings: PromptSourceSettings, key: str, path: str, split: str, bad_rows: str
 ) -> tuple[list[dict], dict]:
     """Rows of one file or split, and what was read, kept and dropped (by reason)."""
-    if cfg.source != "hf" and not Path(os.path.expanduser(path)).is_file():
-        raise FileNotFoundError(f"data.prompts.{key}: {cfg.source} file {path!r} does not exist")
-    where, records = open_records(cfg.source, path, split)
+    if settings.source != "hf" and not Path(os.path.expanduser(path)).is_file():
+        raise FileNotFoundError(f"data.prompts.{key}: {settings.source} file {path!r} does not exist")
+    where, records = open_records(settings.source, path, split)
     rows, dropped, seen_ids = [], Counter(), set()
     n_read = 0
     record: RawRecord
@@ -92,7 +93,7 @@ def _read(
         try:
             if record.error is not None:
                 raise BadPrompt("unparsable", record.error)
-            row = _row(cfg, record.value, record.number, split)
+            row = _row(settings, record.value, record.number, split)
             if row["id"] in seen_ids:
                 raise BadPrompt("duplicate_id", f"id {row['id']!r} seen before")
         except BadPrompt as bad:
@@ -128,9 +129,9 @@ def _cap(rows: list[dict], limit: int | None, seed: int, part: str) -> list[dict
     return [rows[i] for i in keep]
 
 
-def _finish(cfg: PromptSourceSettings, rows: list[dict]) -> list[dict]:
-    suffix = f"\n\n{cfg.instruction}" if cfg.instruction else ""
-    kind = cfg.verifier if cfg.has_answers else NO_VERIFIER
+def _finish(settings: PromptSourceSettings, rows: list[dict]) -> list[dict]:
+    suffix = f"\n\n{settings.instruction}" if settings.instruction else ""
+    kind = settings.verifier if settings.has_answers else NO_VERIFIER
     return [
         {
             "id": r["id"],
@@ -144,19 +145,26 @@ def _finish(cfg: PromptSourceSettings, rows: list[dict]) -> list[dict]:
 
 
 def load_rl_prompt_rows(
-    cfg: PromptSourceSettings, bad_rows: str, seed: int
+    settings: PromptSourceSettings, bad_rows: str, seed: int
 ) -> tuple[list[dict], list[dict], dict]:
     """(train rows, held-out rows, report) from `data.prompts` (a non-synthetic source)."""
-    train, train_report = _read(cfg, "path", cfg.path, cfg.split, bad_rows)
-    if cfg.source == "hf":
-        heldout, heldout_report = _read(cfg, "path", cfg.path, cfg.test_split, bad_rows)
+    check_verifier(settings)
+    train, train_report = _read(settings, "path", settings.path, settings.split, bad_rows)
+    if settings.source == "hf":
+        heldout, heldout_report = _read(settings, "path", settings.path, settings.test_split, bad_rows)
     else:
-        heldout, heldout_report = _read(cfg, "test_path", cfg.test_path, cfg.test_split, bad_rows)
-    report: dict[str, Any] = {"source": cfg.source, "verifier": cfg.verifier, "derive": cfg.derive}
-    if cfg.derive is not None:
-        derive = DERIVERS[cfg.derive]
-        train, train_report["derived"] = derive(train, cfg.solution_field)
-        heldout, heldout_report["derived"] = derive(heldout, cfg.solution_field)
+        heldout, heldout_report = _read(
+            settings, "test_path", settings.test_path, settings.test_split, bad_rows
+        )
+    report: dict[str, Any] = {
+        "source": settings.source,
+        "verifier": settings.verifier,
+        "derive": settings.derive,
+    }
+    if settings.derive is not None:
+        derive = DERIVERS[settings.derive]
+        train, train_report["derived"] = derive(train, settings.solution_field)
+        heldout, heldout_report["derived"] = derive(heldout, settings.solution_field)
     train, train_report["duplicate_prompts_dropped"] = _dedupe(train)
     heldout, heldout_report["duplicate_prompts_dropped"] = _dedupe(heldout)
     train_keys = {prompt_key(r["prompt"]) for r in train}
@@ -171,8 +179,8 @@ def load_rl_prompt_rows(
         raise DataError(
             f"{heldout_report['source']}: every held-out prompt is also a training prompt (data.prompts)"
         )
-    train = _cap(train, cfg.max_train, seed, "train")
-    heldout = _cap(heldout, cfg.max_heldout, seed, "heldout")
+    train = _cap(train, settings.max_train, seed, "train")
+    heldout = _cap(heldout, settings.max_heldout, seed, "heldout")
     train_report["rows"], heldout_report["rows"] = len(train), len(heldout)
     report |= {"train": train_report, "heldout": heldout_report}
-    return _finish(cfg, train), _finish(cfg, heldout), report
+    return _finish(settings, train), _finish(settings, heldout), report

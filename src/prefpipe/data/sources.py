@@ -204,13 +204,13 @@ def external_config(external: ExternalSourceSettings, source: str) -> dict[str, 
     """The checks the schema cannot make (a path is required once the source is not synthetic)."""
     if source not in SOURCES:
         raise ConfigError(f"data.source must be one of {SOURCES} for external data, got {source!r}")
-    cfg = {**dataclasses.asdict(external), "source": source}
+    settings = {**dataclasses.asdict(external), "source": source}
     for key in ("path", "split", "subset_name"):
-        if not isinstance(cfg[key], str) or not cfg[key].strip():
-            raise ConfigError(f"data.external.{key} must be a non-empty string, got {cfg[key]!r}")
-    if cfg["test_split"] is not None and not cfg["test_split"].strip():
+        if not isinstance(settings[key], str) or not settings[key].strip():
+            raise ConfigError(f"data.external.{key} must be a non-empty string, got {settings[key]!r}")
+    if settings["test_split"] is not None and not settings["test_split"].strip():
         raise ConfigError("data.external.test_split must be null or a non-empty string")
-    return cfg
+    return settings
 
 
 def load_external_pairs(
@@ -221,45 +221,47 @@ def load_external_pairs(
     The test part is `test_split` when given (a split name of the same dataset for source "hf", a second
     file otherwise; test_fraction is then unused), else a seeded held-out share of the one split.
     """
-    cfg = external_config(external, source)
+    settings = external_config(external, source)
     common = {
-        "source": cfg["source"],
-        "fmt": cfg["format"],
+        "source": settings["source"],
+        "fmt": settings["format"],
         "bad_rows": bad_rows,
-        "subset_name": cfg["subset_name"],
-        "max_rows": cfg["max_rows"],
-        "cache_dir": cfg["cache_dir"],
+        "subset_name": settings["subset_name"],
+        "max_rows": settings["max_rows"],
+        "cache_dir": settings["cache_dir"],
     }
-    train, train_report = read_pairs(path=cfg["path"], split=cfg["split"], **common)
+    train, train_report = read_pairs(path=settings["path"], split=settings["split"], **common)
     reads = [train_report]
-    if cfg["test_split"] is not None:
+    if settings["test_split"] is not None:
         test_path, test_split = (
-            (cfg["path"], cfg["test_split"]) if cfg["source"] == "hf" else (cfg["test_split"], cfg["split"])
+            (settings["path"], settings["test_split"])
+            if settings["source"] == "hf"
+            else (settings["test_split"], settings["split"])
         )
         test, test_report = read_pairs(path=test_path, split=test_split, **common)
         reads.append(test_report)
     else:
-        train, test = split_held_out(train, cfg["test_fraction"], seed)
+        train, test = split_held_out(train, settings["test_fraction"], seed)
     if not train:
         raise DataError(
             f"{train_report['where']}: no usable preference pairs (dropped: {train_report['dropped']})"
         )
     if not test:
-        log.warning("%s: the test part is empty", cfg["path"])
+        log.warning("%s: the test part is empty", settings["path"])
     overlap = train_test_overlap(train, test)  # before ids are made unique across the parts
     if any(overlap.values()):
         log.warning(
             "%s: %d test pairs share a prompt and %d an id with training pairs (train_test_overlap)",
-            cfg["path"],
+            settings["path"],
             overlap["prompts"],
             overlap["ids"],
         )
     duplicate_ids = make_ids_unique(train + test)
     report = {
-        "source": cfg["source"],
-        "path": cfg["path"],
+        "source": settings["source"],
+        "path": settings["path"],
         "format": train_report["format"],
-        "test_from": "test_split" if cfg["test_split"] is not None else "test_fraction",
+        "test_from": "test_split" if settings["test_split"] is not None else "test_fraction",
         "rows_in": sum(r["rows_in"] for r in reads),
         "kept": sum(r["kept"] for r in reads),
         "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in train_report["dropped"]},

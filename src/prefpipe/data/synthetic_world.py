@@ -24,6 +24,7 @@ from prefpipe.data import (
     synthetic_safety,
     synthetic_tradeoff,
 )
+from prefpipe.data.synthetic_noise import apply_switches
 from prefpipe.data.synthetic_tasks import Task, habitual_miss, near_misses, sample_task
 from prefpipe.settings.data import SyntheticWorldSettings
 
@@ -121,28 +122,28 @@ def _rl_dict(pair_id: str, task: Task) -> dict:
     return {"id": pair_id, "prompt": task.prompt, "answer": task.answer, "kind": task.kind}
 
 
-def _habitual(cfg: SyntheticWorldSettings, seed: int, tasks: list[Task]) -> set[int]:
+def _habitual(settings: SyntheticWorldSettings, seed: int, tasks: list[Task]) -> set[int]:
     """Indices of the demonstrations that get the habitual mistake: an exact share of each habit kind's (a habit
     kind that `kinds` leaves out has no demonstrations, so narrowing `kinds` needs no change here)."""
     rng = _rng(seed, "demonstrations:habits")
     out: set[int] = set()
-    for kind in cfg.demo_habit_kinds:
+    for kind in settings.demo_habit_kinds:
         of_kind = [i for i, t in enumerate(tasks) if t.kind == kind]
-        out.update(rng.sample(of_kind, round(len(of_kind) * cfg.demo_habit_rate)))
+        out.update(rng.sample(of_kind, round(len(of_kind) * settings.demo_habit_rate)))
     return out
 
 
 def _demonstrations(
-    cfg: SyntheticWorldSettings, seed: int, kinds: tuple[str, ...], excluded: set[str]
+    settings: SyntheticWorldSettings, seed: int, kinds: tuple[str, ...], excluded: set[str]
 ) -> tuple[list[dict], dict[str, int]]:
     """Demonstrations from an imperfect demonstrator: an exact share of answers are random near misses, and on
     the habit kinds (`demo_habit_kinds`) an exact share `demo_habit_rate` is its one habitual mistake instead."""
-    n, rate = cfg.demonstrations, cfg.demo_error_rate
+    n, rate = settings.demonstrations, settings.demo_error_rate
     rng = _rng(seed, "demonstrations")
     tasks = _draw_tasks(kinds, n, rng, excluded, unique=False, key="demonstrations")
     wrong = set(rng.sample(range(n), round(n * rate)))
-    habitual = _habitual(cfg, seed, tasks)
-    habit_kinds = set(cfg.demo_habit_kinds)
+    habitual = _habitual(settings, seed, tasks)
+    habit_kinds = set(settings.demo_habit_kinds)
     rows = []
     counts = {"wrong": 0, "habitual": len(habitual)}
     for i, task in enumerate(tasks):
@@ -156,7 +157,7 @@ def _demonstrations(
     return rows, counts
 
 
-def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[list[dict], list[dict]]:
+def _pairs(settings: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[list[dict], list[dict]]:
     train: list[dict] = []
     test: list[dict] = []
     for subset, make in PAIR_MAKERS.items():
@@ -167,7 +168,7 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
         ):
             rows = _draw_pairs(
                 make(split),
-                getattr(cfg, key),
+                getattr(settings, key),
                 _rng(seed, f"pairs:{subset}:{split}"),
                 excluded,
                 taken,
@@ -179,13 +180,13 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
     # part of Chat Hard is where GPM and BT differ, and 33 test triples left the section's difference inside the
     # 95% intervals on some seeds).
     tradeoff = synthetic_tradeoff.split_keys(
-        max(1, cfg.pairs_per_subset_train // 2),
-        max(1, cfg.pairs_per_subset_test // 2),
+        max(1, settings.pairs_per_subset_train // 2),
+        max(1, settings.pairs_per_subset_test // 2),
         _rng(seed, "tradeoff"),
         "pairs_per_subset_train/test",
     )
     cyclic = synthetic_cyclic.split_combinations(
-        cfg.cyclic_triples_train, cfg.cyclic_triples_test, _rng(seed, "cyclic")
+        settings.cyclic_triples_train, settings.cyclic_triples_test, _rng(seed, "cyclic")
     )
     for subset, (combos_train, combos_test), rows_of in (
         (TRADEOFF_SUBSET, tradeoff, synthetic_tradeoff.triple_rows),
@@ -201,7 +202,7 @@ def _pairs(cfg: SyntheticWorldSettings, seed: int, excluded: set[str]) -> tuple[
 WORLD_PARTS = frozenset({"pairs", "demonstrations", "rl_prompts"})
 
 
-def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = WORLD_PARTS) -> World:
+def build_world(settings: SyntheticWorldSettings, seed: int, parts: frozenset[str] = WORLD_PARTS) -> World:
     """Generate the asked `parts` of the world (pairs, demonstrations, rl_prompts) from `data.synthetic`.
 
     The held-out RL prompts are always drawn (cheap), since every other part excludes their texts: a part's rows
@@ -209,10 +210,10 @@ def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = 
     unknown = set(parts) - WORLD_PARTS
     if unknown:
         raise ValueError(f"build_world: unknown parts {sorted(unknown)}; known: {sorted(WORLD_PARTS)}")
-    kinds = tuple(cfg.kinds)
+    kinds = tuple(settings.kinds)
     heldout = _draw_tasks(
         kinds,
-        cfg.rl_prompts_heldout,
+        settings.rl_prompts_heldout,
         _rng(seed, "rl:heldout"),
         set(),
         unique=True,
@@ -223,7 +224,7 @@ def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = 
     if "rl_prompts" in parts:
         rl_train = _draw_tasks(
             kinds,
-            cfg.rl_prompts_train,
+            settings.rl_prompts_train,
             _rng(seed, "rl:train"),
             excluded,
             unique=True,
@@ -233,9 +234,13 @@ def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = 
         world.rl_prompts_heldout = [_rl_dict(f"rl-heldout-{i:05d}", t) for i, t in enumerate(heldout)]
     demo_counts = {"wrong": 0, "habitual": 0}
     if "demonstrations" in parts:
-        world.demonstrations, demo_counts = _demonstrations(cfg, seed, kinds, excluded)
+        world.demonstrations, demo_counts = _demonstrations(settings, seed, kinds, excluded)
+    uncertainty = None
     if "pairs" in parts:
-        world.pairs_train, world.pairs_test = _pairs(cfg, seed, excluded)
+        train, test = _pairs(settings, seed, excluded)
+        world.pairs_train, world.pairs_test, uncertainty = apply_switches(
+            train, test, settings.label_noise, settings.unfamiliar_subsets, seed, SUBSETS
+        )
     world.stats = {
         "demonstrations_wrong": demo_counts["wrong"],
         "demonstrations_habitual": demo_counts["habitual"],
@@ -245,4 +250,6 @@ def build_world(cfg: SyntheticWorldSettings, seed: int, parts: frozenset[str] = 
         "pairs_train_per_subset": dict(Counter(r["subset"] for r in world.pairs_train)),
         "pairs_test_per_subset": dict(Counter(r["subset"] for r in world.pairs_test)),
     }
+    if uncertainty is not None:  # only with a switch on (data.synthetic.label_noise, unfamiliar_subsets)
+        world.stats["uncertainty"] = uncertainty
     return world

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from prefpipe.common.config import ConfigError
 from prefpipe.data.answers import (
     answer_text,
     cut_at_end_marker,
@@ -35,6 +36,7 @@ from prefpipe.data.answers import (
     normalize_number,
     token_f1,
 )
+from prefpipe.settings.data import NO_VERIFIER, PromptSourceSettings
 
 _INT = re.compile(r"[+-]?\d+")
 
@@ -54,6 +56,17 @@ def register_verifier(*kinds: str) -> Callable[[Verifier], Verifier]:
         return fn
 
     return decorate
+
+
+def check_verifier(settings: PromptSourceSettings, key: str = "data.prompts") -> None:
+    """`<key>.verifier` names a registered verifier (or `none`); ConfigError naming the key otherwise. The
+    settings layer cannot ask this registry, so the config checks (prefpipe.config_checks) and the prompt
+    loader do."""
+    if settings.source != "synthetic" and settings.has_answers and settings.verifier not in VERIFIERS:
+        raise ConfigError(
+            f"{key}.verifier {settings.verifier!r} is not a registered verifier "
+            f"({sorted(VERIFIERS)}) or {NO_VERIFIER!r}"
+        )
 
 
 def answer_line(completion: str) -> str:

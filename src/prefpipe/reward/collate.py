@@ -17,7 +17,7 @@ import torch
 
 from prefpipe.common.chat import format_pair, format_pairs, format_prompt, has_chat_template
 from prefpipe.common.config import ConfigError
-from prefpipe.common.token_ids import token_ids
+from prefpipe.reward.fast.token_ids import token_ids
 from prefpipe.reward.pooling import position_ids_from_mask
 
 
@@ -131,6 +131,9 @@ class PairEncoder:
         self.add_special_tokens = not has_chat_template(tokenizer)  # templates carry their own BOS
         self.special = set(tokenizer.all_special_ids)
         self.truncated: Counter[str] = Counter()
+        # tokenize_batch through the backend's batched call (prefpipe.reward.fast.token_ids); False: the plain
+        # per-row tokenize() (RewardModel.set_fast_paths).
+        self.fast_tokenize = True
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=self.add_special_tokens, verbose=False)["input_ids"]
@@ -169,6 +172,8 @@ class PairEncoder:
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         if not prompts:
             return []
+        if not self.fast_tokenize:
+            return self.tokenize_many(prompts, responses)
         heads, texts = format_pairs(self.tokenizer, prompts, responses)
         distinct = list(dict.fromkeys(heads))
         special = self.add_special_tokens

@@ -20,7 +20,7 @@ import torch
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.losses import LossParts
 from prefpipe.reward.model import RewardModel
-from prefpipe.settings.reward import HeadSettings, RewardSettings
+from prefpipe.settings.reward import RewardSettings
 
 log = logging.getLogger(__name__)
 
@@ -58,27 +58,22 @@ def cache_features(
     return CachedFeatures(torch.cat(pooled)[inverse], torch.cat(prompt)[inverse])
 
 
-def pair_loss(rm: RewardModel, settings: HeadSettings, feats: CachedFeatures, step: int) -> LossParts:
+def pair_loss(rm: RewardModel, feats: CachedFeatures, step: int) -> LossParts:
     """The head's training loss over all cached pairs (train or eval mode, as the head is)."""
     out = rm.score_features(feats.pooled, feats.prompt)
     n = feats.n
-    return rm.head.training_loss(
-        settings, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
-    )
+    return rm.head.loss({k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step)
 
 
-def _evaluate(
-    rm: RewardModel, settings: HeadSettings, feats: CachedFeatures, step: int
-) -> tuple[float, float]:
+def _evaluate(rm: RewardModel, feats: CachedFeatures, step: int) -> tuple[float, float]:
     rm.head.eval()
     with torch.no_grad():
-        parts = pair_loss(rm, settings, feats, step)
+        parts = pair_loss(rm, feats, step)
     return float(parts.loss), float((parts.score > 0).float().mean())
 
 
 def fit_head(
     rm: RewardModel,
-    settings: HeadSettings,
     feats: CachedFeatures,
     steps: int,
     learning_rate: float,
@@ -90,7 +85,7 @@ def fit_head(
     accuracy on the cached pairs before and after, and the time taken."""
     t0 = time.time()
     was_training = rm.head.training
-    loss0, acc0 = _evaluate(rm, settings, feats, step)
+    loss0, acc0 = _evaluate(rm, feats, step)
     params = [p for p in rm.head.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=learning_rate)
     decay = (
@@ -99,7 +94,7 @@ def fit_head(
     rm.head.train()
     trace, every = [], max(1, steps // 10)
     for i in range(steps):
-        parts = pair_loss(rm, settings, feats, step)
+        parts = pair_loss(rm, feats, step)
         if i % every == 0:
             trace.append(round(float(parts.loss.detach()), 6))
         optimizer.zero_grad(set_to_none=True)
@@ -107,7 +102,7 @@ def fit_head(
         optimizer.step()
         if decay is not None:
             decay.step()
-    loss1, acc1 = _evaluate(rm, settings, feats, step)
+    loss1, acc1 = _evaluate(rm, feats, step)
     rm.head.train(was_training)
     return {
         "steps": steps,
@@ -140,7 +135,7 @@ def fit_stage(
     if standardize:
         rm.head.input_norm.fit(feats.pooled)
     fit = settings.train.head_fit
-    metrics = fit_head(rm, settings.head, feats, steps, fit.learning_rate, step, fit.schedule)
+    metrics = fit_head(rm, feats, steps, fit.learning_rate, step, fit.schedule)
     metrics["feature_seconds"] = seconds
     log.info(
         "head fit %s: %d full-batch steps on %d pairs, loss %.4f -> %.4f, accuracy %.3f -> %.3f "

@@ -4,7 +4,8 @@ In HH-RLHF helpful the chosen response is the longer one in 54.5% of training pa
 fine-tuned there prefers the longer response far more often than that. Balancing removes length as a training
 signal: the larger of the two groups (chosen longer / chosen shorter) is subsampled, seeded, to the size of the
 smaller one; equal-length pairs are all kept and the original order is preserved. It works for every head (it
-changes the data, not the loss). Length is measured the way the evaluation's length split measures it.
+changes the data, not the loss). Length is measured as the evaluation's length split measures it
+(prefpipe.data.pair_length).
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from prefpipe.evaluation.length_split import CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH, response_length
+from prefpipe.data import pair_length
+from prefpipe.data.pair_length import CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH
 from prefpipe.reward.pairs import Pair
 
 
 def length_group(pair: Pair) -> str:
-    chosen, rejected = response_length(pair.chosen), response_length(pair.rejected)
-    if chosen == rejected:
-        return EQUAL_LENGTH
-    return CHOSEN_LONGER if chosen > rejected else CHOSEN_SHORTER
+    return pair_length.length_group(pair.chosen, pair.rejected)
 
 
 def balance_by_length(pairs: list[Pair], seed: int) -> tuple[list[Pair], dict[str, Any]]:

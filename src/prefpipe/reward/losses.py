@@ -1,8 +1,7 @@
 """Training-loss math: preference NLL for every head, the Bayesian KL term and its beta schedule.
 
-Each head's `training_loss` (prefpipe.reward.heads) combines these into `LossParts`: the scalar loss plus the
-parts the trainer logs (preference_loss, kl_loss, kl_beta, prob, accuracy); `heads.pair_loss` dispatches on
-the head settings.
+Each head's `loss` (prefpipe.reward.heads) combines these into `LossParts`: the scalar loss plus the parts the
+trainer logs (preference_loss, kl_loss, kl_beta, prob, and accuracy from the score).
 """
 
 from __future__ import annotations
@@ -53,3 +52,4 @@ class LossParts:
     kl_loss: torch.Tensor
     kl_beta: float
     score: torch.Tensor  # training score s(c > r), detached
+    prob: torch.Tensor  # sigmoid(score / tau) per pair, detached

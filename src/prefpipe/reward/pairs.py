@@ -7,7 +7,6 @@ they are skipped and counted by reason.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from prefpipe.common.checkpoint import content_digest
 from prefpipe.common.config import DataError
+from prefpipe.common.io import iter_jsonl
 
 REQUIRED = ("prompt", "chosen", "rejected")
 
@@ -35,37 +35,28 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
         raise FileNotFoundError(f"preference pairs not found: {path}")
     pairs: list[Pair] = []
     skipped: Counter[str] = Counter()
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where}: not valid JSON ({err.msg})") from err
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            for key in REQUIRED:
-                if key not in row:
-                    raise DataError(f"{where}: missing field {key!r} (needs {', '.join(REQUIRED)})")
-                if not isinstance(row[key], str):
-                    raise DataError(f"{where}: field {key!r} must be a string, got {type(row[key]).__name__}")
-            if not row["chosen"].strip() or not row["rejected"].strip():
-                skipped["empty_response"] += 1
-                continue
-            if row["chosen"] == row["rejected"]:
-                skipped["chosen_equals_rejected"] += 1
-                continue
-            pairs.append(
-                Pair(
-                    str(row.get("id", f"{path.stem}-{line_no}")),
-                    row["prompt"],
-                    row["chosen"],
-                    row["rejected"],
-                    str(row.get("subset") or default_subset),
-                )
+    for line_no, row in iter_jsonl(path, DataError):
+        where = f"{path}:{line_no}"
+        for key in REQUIRED:
+            if key not in row:
+                raise DataError(f"{where}: missing field {key!r} (needs {', '.join(REQUIRED)})")
+            if not isinstance(row[key], str):
+                raise DataError(f"{where}: field {key!r} must be a string, got {type(row[key]).__name__}")
+        if not row["chosen"].strip() or not row["rejected"].strip():
+            skipped["empty_response"] += 1
+            continue
+        if row["chosen"] == row["rejected"]:
+            skipped["chosen_equals_rejected"] += 1
+            continue
+        pairs.append(
+            Pair(
+                str(row.get("id", f"{path.stem}-{line_no}")),
+                row["prompt"],
+                row["chosen"],
+                row["rejected"],
+                str(row.get("subset") or default_subset),
             )
+        )
     if not pairs:
         raise DataError(f"{path}: no usable preference pairs")
     return pairs, skipped

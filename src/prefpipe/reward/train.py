@@ -25,7 +25,8 @@ from prefpipe.reward.length_balance import balance_by_length
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs
 from prefpipe.reward.sanity_accuracy import pair_accuracy
-from prefpipe.reward.trainer import RewardTrainer, make_accelerator
+from prefpipe.reward.train_setup import make_accelerator
+from prefpipe.reward.trainer import RewardTrainer
 from prefpipe.settings.reward import RewardSettings
 
 log = logging.getLogger("prefpipe.train_reward")
@@ -36,7 +37,8 @@ def sanity_eval(model_dir: Path, settings: RewardSettings, train_pairs: list, te
     model through the shared loader; {} when both are off (nothing is loaded)."""
     if not (settings.eval.test_pairs or settings.eval.train_pairs):
         return {}
-    rm = load_reward_model(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rm = load_reward_model(model_dir, device=device, fast_paths=settings.fast_paths)
     result = {}
     if settings.eval.test_pairs:
         result["test"] = pair_accuracy(rm, test_pairs, settings.eval.batch_size)

@@ -10,7 +10,6 @@ or SIGINT (Ctrl-C) triggers a checkpoint at the end of the current optimizer ste
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,30 +17,44 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator, PartialState
-from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, set_seed
 from transformers import get_scheduler
 
 from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
-from prefpipe.reward import head_fit, shared_prompt
+from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
-from prefpipe.reward.model import RewardModel
+from prefpipe.reward.fast import shared_prompt
+from prefpipe.reward.metrics import (  # noqa: F401  (the report still reads the names through this module)
+    ACCURACY,
+    GRAD_NORM,
+    HEAD_GRAD_NORM,
+    KL_BETA,
+    KL_LOSS,
+    LOSS,
+    PREFERENCE_LOSS,
+    PROB,
+    STEP,
+    SUMMED,
+)
+from prefpipe.reward.network import RewardModel
 from prefpipe.reward.pairs import Pair
-from prefpipe.settings.reward import RewardSettings, accumulation_steps
+from prefpipe.reward.train_setup import (
+    SCHEDULES,
+    deepspeed_param_dtype,
+    head_grad_norm,
+    make_accelerator,
+    make_optimizer,
+    to_device,
+    total_steps,
+)
+from prefpipe.settings.reward import RewardSettings
 
 log = logging.getLogger(__name__)
 
-SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
-# Metric names in metrics.jsonl (the report imports them): per-step means, then the other logged values.
-PREFERENCE_LOSS, KL_LOSS, LOSS, PROB, ACCURACY = "preference_loss", "kl_loss", "loss", "prob", "accuracy"
-STEP, KL_BETA, GRAD_NORM = "step", "kl_beta", "grad_norm"
-# The head's share of the gradient norm before clipping: when the head's gradient dominates the clipped global
-# norm (a small tau amplifies it 1/tau times), the backbone's update shrinks with it.
-HEAD_GRAD_NORM = "head_grad_norm"
-SUMMED = (PREFERENCE_LOSS, KL_LOSS, LOSS, PROB, ACCURACY)
 # Settings that never change the trajectory: a rerun may change them and still resume its checkpoint.
 BOOKKEEPING = (
     "eval",
@@ -79,99 +92,6 @@ class TrainResult:
     head_fit: dict[str, Any] = field(default_factory=dict)  # before / after: head_fit.fit_head's metrics
     # The head's weights as fine-tuned, before the refit (main process; None without a refit).
     finetuned_head: dict[str, torch.Tensor] | None = None
-
-
-def use_cpu() -> bool:
-    """No CUDA: run on CPU, which also lets torchrun start multi-process CPU (gloo) training. DeepSpeed,
-    when the launcher asks for it, picks its own accelerator (its CPU one on CUDA-less machines)."""
-    return not torch.cuda.is_available() and not parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
-
-
-def distributed_state() -> PartialState:
-    """Process-group state (the same singleton the Accelerator uses)."""
-    return PartialState(cpu=use_cpu())
-
-
-def make_accelerator(settings: RewardSettings) -> tuple[Accelerator, int]:
-    """Accelerator for this run (create it BEFORE loading the backbone, so DeepSpeed ZeRO-3 with
-    zero3_init_flag builds the model sharded) and the gradient-accumulation steps per process."""
-    state = distributed_state()
-    ga = accumulation_steps(settings.train, state.num_processes)
-    precision = settings.backbone.precision
-    mixed = {"fp32": "no", "bf16": "bf16"}.get(precision, "bf16" if torch.cuda.is_available() else "no")
-    acc = Accelerator(
-        gradient_accumulation_steps=ga,
-        mixed_precision=mixed,
-        step_scheduler_with_optimizer=False,
-        cpu=use_cpu(),
-    )
-    if acc.distributed_type == DistributedType.DEEPSPEED:  # no dataloader is prepared: give DS the sizes
-        ds = acc.state.deepspeed_plugin.deepspeed_config
-        ds["train_micro_batch_size_per_gpu"] = settings.train.micro_batch_size
-        ds["train_batch_size"] = settings.train.batch_size
-        ds["gradient_clipping"] = settings.train.max_grad_norm
-    log.info("accelerate: %s, %d process(es), %d accumulation step(s), mixed precision %s",
-             acc.distributed_type, acc.num_processes, ga, mixed)  # fmt: skip
-    return acc, ga
-
-
-def deepspeed_param_dtype(acc: Accelerator) -> torch.dtype | None:
-    """bf16/fp16 when the DeepSpeed config keeps parameters in half precision (the head must match)."""
-    if acc.distributed_type != DistributedType.DEEPSPEED:
-        return None
-    ds = acc.state.deepspeed_plugin.deepspeed_config
-    for key, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        if (ds.get(key) or {}).get("enabled") is True:
-            return dtype
-    return None
-
-
-def head_grad_norm(rm: RewardModel) -> float | None:
-    """L2 norm of the head's gradients (None where they are not materialised, e.g. DeepSpeed partitions)."""
-    grads = [p.grad for p in rm.head.parameters() if p.grad is not None]
-    if not grads:
-        return None
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
-
-
-def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A (bucketed) batch on `device`: tensors, and lists of tensor dicts (the buckets)."""
-    out: dict[str, Any] = {}
-    for k, v in batch.items():
-        if isinstance(v, list):
-            out[k] = [{n: x.to(device, non_blocking=True) for n, x in b.items()} for b in v]
-        else:
-            out[k] = v.to(device, non_blocking=True)
-    return out
-
-
-def make_optimizer(rm: RewardModel, settings: RewardSettings, acc: Accelerator) -> torch.optim.Optimizer:
-    """AdamW over param_groups; the fused kernel (one op for all parameters) where torch has it for the
-    device, foreach otherwise. DeepSpeed swaps in its own optimizer step, so it gets the plain one."""
-    t = settings.train
-    fused = acc.distributed_type != DistributedType.DEEPSPEED and acc.device.type in ("cpu", "cuda")
-    kind = {"fused": True} if fused else {"foreach": acc.distributed_type != DistributedType.DEEPSPEED}
-    return torch.optim.AdamW(param_groups(rm, settings), lr=t.learning_rate, **kind)
-
-
-def total_steps(settings: RewardSettings, n_pairs: int) -> int:
-    t = settings.train
-    return t.steps if t.steps is not None else max(1, math.ceil(t.epochs * n_pairs / t.batch_size))
-
-
-def param_groups(rm: RewardModel, settings: RewardSettings) -> list[dict[str, Any]]:
-    """Backbone and head groups (own learning rates); no weight decay on biases and norm weights."""
-    t = settings.train
-    groups = []
-    for prefix, lr in (("backbone.", t.learning_rate), ("head.", t.head_learning_rate or t.learning_rate)):
-        named = [(n, p) for n, p in rm.named_parameters() if n.startswith(prefix) and p.requires_grad]
-        decay = [p for _, p in named if p.ndim >= 2]
-        no_decay = [p for _, p in named if p.ndim < 2]
-        groups += [
-            {"params": decay, "lr": lr, "weight_decay": t.weight_decay},
-            {"params": no_decay, "lr": lr, "weight_decay": 0.0},
-        ]
-    return [g for g in groups if g["params"]]
 
 
 class RewardTrainer:
@@ -255,7 +175,7 @@ class RewardTrainer:
 
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
         """One optimizer step (ga micro-batches per process); returns the reduced metrics row."""
-        s, t, acc = self.settings, self.settings.train, self.acc
+        t, acc = self.settings.train, self.acc
         chosen, rejected = rows
         t0 = time.time()
         per_proc = t.batch_size // acc.num_processes
@@ -269,8 +189,8 @@ class RewardTrainer:
             batch = self._micro_batch([chosen[i] for i in micro], [rejected[i] for i in micro])
             with acc.accumulate(model):
                 out = model(**to_device(batch, acc.device))
-                parts = self.rm.head.training_loss(
-                    s.head, {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
+                parts = self.rm.head.loss(
+                    {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
                 )
                 acc.backward(parts.loss)
                 if acc.sync_gradients:
@@ -279,12 +199,11 @@ class RewardTrainer:
                 optimizer.step()
                 optimizer.zero_grad()
             beta = parts.kl_beta
-            prob = torch.sigmoid(parts.score / s.head.tau)
             values = [
                 parts.preference_loss * n,
                 parts.kl_loss * n,
                 parts.loss * n,
-                prob.sum(),
+                parts.prob.sum(),
                 (parts.score > 0).sum(),
             ]
             sums += torch.stack([v.detach().double() for v in values] + [sums.new_tensor(n)])

@@ -25,6 +25,10 @@ class SyntheticWorldSettings:
     demo_habit_kinds: list[str]
     demo_habit_rate: float
     kinds: list[str]
+    # Opt-in uncertainty switches (prefpipe.data.synthetic_noise): subset -> share of its training labels
+    # flipped, and the subsets with no training pairs (marked unfamiliar in the test pairs).
+    label_noise: dict[str, float]
+    unfamiliar_subsets: list[str]
 
 
 @dataclass
@@ -89,9 +93,8 @@ class PromptSourceSettings:
         return self.verifier != NO_VERIFIER
 
     def check(self) -> None:
-        """What the schema cannot say; errors name the key (build_stage prefixes `data.`)."""
-        from prefpipe.data.verifier import VERIFIERS  # light (no torch); the registry owns the names
-
+        """What the schema cannot say; errors name the key (build_stage prefixes `data.`). Whether
+        `verifier` is registered is the data layer's to say (prefpipe.data.verifier.check_verifier)."""
         if self.source == "synthetic":
             return
         if not self.path:
@@ -110,11 +113,6 @@ class PromptSourceSettings:
             raise ConfigError(
                 f"prompts.split and prompts.test_split are both {self.split!r}: held-out prompts need "
                 "another split"
-            )
-        if self.has_answers and self.verifier not in VERIFIERS:
-            raise ConfigError(
-                f"prompts.verifier {self.verifier!r} is not a registered verifier "
-                f"({sorted(VERIFIERS)}) or {NO_VERIFIER!r}"
             )
         if self.has_answers and self.answer_field is None and self.derive is None:
             raise ConfigError(
@@ -142,3 +140,16 @@ class DataSettings(RunSettings):
     def check(self) -> None:
         self.external.check(self.source)
         self.prompts.check()
+        self._check_uncertainty_switches()
+
+    def _check_uncertainty_switches(self) -> None:
+        """The world switches act only on the synthetic world's pairs. That they name real subsets is the
+        world's fact, checked by prefpipe.config_checks before any stage runs and by build_world again."""
+        world = self.synthetic
+        if not world.label_noise and not world.unfamiliar_subsets:
+            return
+        if self.source != "synthetic":
+            raise ConfigError(
+                f"synthetic.label_noise / unfamiliar_subsets act on the synthetic world's pairs, but data.source "
+                f"is {self.source!r}; empty them or use source synthetic"
+            )

@@ -2,8 +2,10 @@
 
 The Snakefile builds one `PipelineSettings` from Snakemake's `config` and every rule asks it for what it
 needs (targets, a stage's settings, resources); a stage process gets its stage's settings as JSON and rebuilds
-the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build theirs through `load_config` + `PipelineSettings`, so
-nothing anywhere falls back to a value written in code.
+the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build
+theirs through `load_config` + `PipelineSettings`, so nothing anywhere falls back to a value written in code.
+Checks that need a registry of a higher layer (reward heads, verifiers, GRPO reward sources) are not made
+here: prefpipe.config_checks runs them on the built settings.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
-from prefpipe.settings.data import NO_VERIFIER, DataSettings
+from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
@@ -74,88 +76,56 @@ class PipelineSettings:
 
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
-        cfg = json.loads(json.dumps(config))  # a private, plain-JSON copy (schema defaults are filled in it)
-        # before the schema: a name that would escape results/ and a credential (which would reach rule params
-        # and .snakemake/ metadata) are refused with their own message, naming the key
-        check_names(cfg)
-        secrets.check_config(cfg)
-        # plain benchmark source strings -> mappings, so the schema fills the entries' defaults
-        if isinstance(cfg.get("eval"), dict):
-            cfg["eval"]["benchmarks"] = benchmark_entries(cfg["eval"].get("benchmarks"))
-        schema.validate(cfg)  # the whole config once; the stages built below are not validated again
-        run = {key: cfg[key] for key in RUN_WIDE_KEYS if key != "torch_threads"} | {"torch_threads": threads}
+        raw = _validated(config)
+        run = {key: raw[key] for key in RUN_WIDE_KEYS if key != "torch_threads"} | {"torch_threads": threads}
 
         def stage(cls_: type[T], section: dict[str, Any], key: str, **extra: Any) -> T:
             return build_stage(cls_, {**run, **extra, **section}, key)
 
         # data first: its checks (a test part that is the training part, a missing path) name data keys
-        data = stage(DataSettings, cfg["data"], "data", demonstrations_needed=cfg["base"]["sft"]["enabled"])
-        reward_section, grpo_section = cfg["reward"], cfg["grpo"]
-        variants = _narrow(
-            list(reward_section["variants"]), reward_section["only"], "reward.only", "reward.variants"
-        )
+        data = stage(DataSettings, raw["data"], "data", demonstrations_needed=raw["base"]["sft"]["enabled"])
+        reward_section, grpo_section = raw["reward"], raw["grpo"]
+        declared = list(reward_section["variants"])
+        variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
         runs = list(grpo_section["runs"]) if grpo_section["enabled"] else []
         runs = _narrow(runs, grpo_section["only"], "grpo.only", "grpo.runs")
-
-        def merged(
-            cls_: type[T], section: str, members: str, names: list[str], name_key: str
-        ) -> dict[str, T]:
-            """Each member (variant / run) is the section's defaults deep-merged with its own entry."""
-            entries, defaults = cfg[section][members], cfg[section]["defaults"]
-            return {
-                name: stage(
-                    cls_,
-                    deep_merge(defaults, entries[name]),
-                    f"{section}.{members}.{name}",
-                    **{name_key: name},
-                )
-                for name in names
-            }
-
-        reward = merged(RewardSettings, "reward", "variants", variants, "variant")
-        grpo = merged(GrpoSettings, "grpo", "runs", runs, "run")
+        reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
+        grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
         for name, settings in grpo.items():
-            own = grpo_section["runs"][name] or {}
-            _check_reward_model(name, settings, variants, list(reward_section["variants"]), own)
+            _check_reward_model(name, settings, variants, declared, grpo_section["runs"][name] or {})
         models = {
             name: stage(ModelImportSettings, entry, f"models.{name}", name=name)
-            for name, entry in cfg["models"].items()
+            for name, entry in raw["models"].items()
         }
-        base = stage(BaseSettings, cfg["base"], "base")
-        if base.source == "pretrained" and base.pretrained:
-            _check_model_ref(base.pretrained, "base.pretrained", models, allow_base=False)
-        for name, settings in reward.items():
-            _check_model_ref(
-                settings.backbone.model, f"reward.variants.{name}.backbone.model", models, allow_base=True
-            )
-        _check_prompt_answers(cfg["data"]["prompts"]["verifier"], grpo)
-        data_map = {key: cfg["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
-        benchmarks = _benchmarks(cfg["eval"]["benchmarks"], cfg["data"]["source"])
-        cfg["eval"]["benchmarks"] = benchmarks
-        report_section = {k: v for k, v in cfg["report"].items() if k != "enabled"}  # a workflow switch
+        base = stage(BaseSettings, raw["base"], "base")
+        _check_model_refs(base, reward, models)
+        data_map = {key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
+        raw["eval"]["benchmarks"] = benchmarks
+        report_section = {k: v for k, v in raw["report"].items() if k != "enabled"}  # a workflow switch
         hypotheses = None
         if grpo_section["hypotheses"] is not None and grpo:
-            section = {**grpo_section["hypotheses"], "diagnostics": cfg["report"]["diagnostics"]}
+            section = {**grpo_section["hypotheses"], "diagnostics": raw["report"]["diagnostics"]}
             hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
             _check_hypothesis_runs(hypotheses, list(grpo))
-        ablation = _ablation(cfg["ablation"], variants, list(reward_section["variants"]), stage)
+        ablation = _ablation(raw["ablation"], variants, declared, stage)
         return cls(
-            raw=cfg,
+            raw=raw,
             data=data,
             models=models,
             base=base,
             reward=reward,
             eval=stage(
                 EvalSettings,
-                {"eval": cfg["eval"], "data": data_map, "benchmark_order": list(benchmarks)},
+                {"eval": raw["eval"], "data": data_map, "benchmark_order": list(benchmarks)},
                 "eval",
             ),
             grpo=grpo,
             ablation=ablation,
-            report=stage(ReportSettings, report_section, "report") if cfg["report"]["enabled"] else None,
+            report=stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None,
             hypotheses=hypotheses,
-            accelerate_config=cfg["launch"]["accelerate_config"],
-            results_dir=cfg["results_dir"],
+            accelerate_config=raw["launch"]["accelerate_config"],
+            results_dir=raw["results_dir"],
         )
 
     def needs_base(self) -> bool:
@@ -171,6 +141,45 @@ class PipelineSettings:
     def stage_json(self, settings: Any, threads: int | None) -> str:
         """What a rule passes to its stage (`--config`): the stage's settings with the rule's threads."""
         return json.dumps({**to_mapping(settings), "torch_threads": threads}, sort_keys=True)
+
+
+def _validated(config: dict[str, Any]) -> dict[str, Any]:
+    """A private, plain-JSON copy of `config`, checked against the schema (which fills its defaults in)."""
+    raw = json.loads(json.dumps(config))
+    # before the schema: a name that would escape results/ and a credential (which would reach rule params
+    # and .snakemake/ metadata) are refused with their own message, naming the key
+    check_names(raw)
+    secrets.check_config(raw)
+    # plain benchmark source strings -> mappings, so the schema fills the entries' defaults
+    if isinstance(raw.get("eval"), dict):
+        raw["eval"]["benchmarks"] = benchmark_entries(raw["eval"].get("benchmarks"))
+    schema.validate(raw)  # the whole config once; the stages built from it are not validated again
+    return raw
+
+
+def _members(
+    stage: Any, raw: dict[str, Any], cls: type[T], section: str, members: str, names: list[str], name_key: str
+) -> dict[str, T]:
+    """Each member (variant / run) is the section's defaults deep-merged with its own entry."""
+    entries, defaults = raw[section][members], raw[section]["defaults"]
+    return {
+        name: stage(
+            cls, deep_merge(defaults, entries[name]), f"{section}.{members}.{name}", **{name_key: name}
+        )
+        for name in names
+    }
+
+
+def _check_model_refs(
+    base: BaseSettings, reward: dict[str, RewardSettings], models: dict[str, ModelImportSettings]
+) -> None:
+    """base.pretrained and every variant's backbone.model name a model that exists (_check_model_ref)."""
+    if base.source == "pretrained" and base.pretrained:
+        _check_model_ref(base.pretrained, "base.pretrained", models, allow_base=False)
+    for name, settings in reward.items():
+        _check_model_ref(
+            settings.backbone.model, f"reward.variants.{name}.backbone.model", models, allow_base=True
+        )
 
 
 def _ablation(
@@ -242,22 +251,6 @@ def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> Non
             raise ConfigError(f"grpo.hypotheses.tests.{name}.runs: {missing} are not trained runs ({runs})")
         if settings.baseline in test.runs:
             raise ConfigError(f"grpo.hypotheses.tests.{name}.runs holds the baseline {settings.baseline!r}")
-
-
-def _check_prompt_answers(verifier: str, runs: dict[str, GrpoSettings]) -> None:
-    """Prompts without answers (data.prompts.verifier: none) cannot feed a reward that reads answers."""
-    if verifier != NO_VERIFIER or not runs:
-        return
-    from prefpipe.grpo.rewards import answer_reward_keys  # imports torch: only on this rare path
-
-    for name, settings in runs.items():
-        keys = answer_reward_keys(settings.rewards)
-        if keys:
-            where = ", ".join(f"grpo.runs.{name}.{key.removeprefix('grpo.')}" for key in keys)
-            raise ConfigError(
-                f"{where} needs prompt answers, but data.prompts.verifier is {NO_VERIFIER!r} (prompts "
-                "without answers): use reward_model (or format) rewards only, or give the prompts answers"
-            )
 
 
 # The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage

@@ -2,8 +2,9 @@
 merged with the variant.
 
 Types only; the values and their defaults come from config/config.yaml, their ranges from the schema. What
-the schema cannot say (checks that depend on the head type) is asked of the head here, once, before any model
-is loaded.
+the schema cannot say depends on the head type, which the reward layer's head registry owns: those checks are
+`prefpipe.reward.heads.check_head_settings`, run on the whole config by prefpipe.config_checks and again when a
+model is built.
 """
 
 from __future__ import annotations
@@ -122,23 +123,6 @@ class RewardSettings(RunSettings):
 
     def to_dict(self) -> dict[str, Any]:
         return to_mapping(self)
-
-    def check(self) -> None:
-        """Checks the schema cannot express: they depend on the head type."""
-        _validate_head(self.head)
-
-
-def require(condition: bool, key: str, message: str) -> None:
-    """A head's own check (`RewardHead.check_settings`): ConfigError naming the dotted key."""
-    if not condition:
-        raise ConfigError(f"{key}: {message}")
-
-
-def _validate_head(head: HeadSettings) -> None:
-    from prefpipe.reward.heads import get_head_class  # heads import torch and this module: import on use
-
-    head_class = get_head_class(head.type)  # unknown type: ConfigError naming head.type and the known heads
-    head_class.check_settings(head)  # what the schema cannot say about this head's keys
 
 
 def accumulation_steps(train: TrainSettings, num_processes: int) -> int:

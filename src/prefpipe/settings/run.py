@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+S = TypeVar("S", bound="RunSettings")
 
 
 @dataclass
@@ -25,6 +28,13 @@ class RunSettings:
     wandb: WandbSettings
     fast_paths: bool  # False: every optimised path takes its plain reference path instead (same decisions)
     torch_threads: int | None
+
+    @classmethod
+    def from_stage_config(cls: type[S], values: dict[str, Any], key: str) -> S:
+        """This stage's settings from its --config mapping, schema-checked (what prefpipe.common.stage calls)."""
+        from prefpipe.settings.pipeline import load_stage  # pipeline imports this module: import on use
+
+        return load_stage(cls, values, key)
 
 
 # experiment, seed, wandb, fast_paths, torch_threads

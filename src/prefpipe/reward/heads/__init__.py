@@ -2,7 +2,7 @@
 
 Every module of this package registers its head when imported (`@register("name")`), and the package
 imports them all, so adding a head is one new file (plus its test). Callers build heads with `build_head` and
-then ask the head object (compare, preference_prob, training_loss, scalar_reward, bayesian, ...);
+then ask the head object (compare, preference_prob, loss, scalar_reward, bayesian, ...);
 the interface is `prefpipe.reward.heads.base.RewardHead`.
 """
 
@@ -17,7 +17,6 @@ from prefpipe.common.config import ConfigError
 from prefpipe.reward.heads.base import Encoding, RewardHead, Standardize
 
 if TYPE_CHECKING:
-    from prefpipe.reward.losses import LossParts
     from prefpipe.settings.reward import HeadSettings
 
 H = TypeVar("H", bound=type[RewardHead])
@@ -44,18 +43,20 @@ def get_head_class(name: str) -> type[RewardHead]:
     return HEADS[name]
 
 
+def check_head_settings(settings: HeadSettings) -> None:
+    """What the schema cannot say about `head.*`: the type is registered and the head accepts its keys
+    (`RewardHead.check_settings`); ConfigError naming the key relative to the variant (`head.type`, ...)."""
+    get_head_class(settings.type).check_settings(settings)
+
+
 def build_head(settings: HeadSettings, input_size: int, prompt_size: int) -> RewardHead:
     """A fresh head of type `settings.type` reading features of width `input_size` and prompt states of width
     `prompt_size`; with head.standardize it carries the (identity until fitted) `input_norm` buffers."""
     head = get_head_class(settings.type).from_settings(settings, input_size, prompt_size)
+    head.settings = settings  # the head owns its settings: loss and preference_prob read them
     if settings.standardize:
         head.input_norm = Standardize(input_size)
     return head
-
-
-def pair_loss(settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
-    """Training loss of head outputs for the chosen / rejected halves of a batch (any registered head)."""
-    return get_head_class(settings.type).training_loss(settings, out_c, out_r, step)
 
 
 def _import_heads() -> None:
@@ -66,4 +67,12 @@ def _import_heads() -> None:
 
 _import_heads()
 
-__all__ = ["HEADS", "Encoding", "RewardHead", "build_head", "get_head_class", "pair_loss", "register"]
+__all__ = [
+    "HEADS",
+    "Encoding",
+    "RewardHead",
+    "build_head",
+    "check_head_settings",
+    "get_head_class",
+    "register",
+]

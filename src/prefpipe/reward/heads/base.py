@@ -4,8 +4,9 @@ A head is an nn.Module mapping (h_response (N, F), h_prompt (N, H)) to an encodi
 tensors, one row per response. Behaviour that depends on the kind of head lives on its class, so callers
 ask the head (`head.compare(...)`, `head.scalar_reward`, `head.bayesian`) and never compare type names.
 
-Scoring, the training loss and probabilities are classmethods: they need only encodings and the
-`HeadSettings`, so they work on head outputs without a module (e.g. `pair_loss` in tests).
+A head is built with its settings (`build_head` sets `head.settings`), so the settings-dependent parts are
+plain methods: `head.loss(out_c, out_r, step)` and `head.preference_prob(enc_a, enc_b)`. Scoring needs only
+encodings (`score`, `compare`, `training_score`, `rewards` are classmethods).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
+# The heads' check_settings raise through `require`: ConfigError naming the dotted key.
+from prefpipe.common.config import require  # noqa: F401
 from prefpipe.reward.losses import LossParts, preference_nll
-
-# The settings layer's check for the heads' check_settings: ConfigError naming the dotted key.
-from prefpipe.settings.reward import require  # noqa: F401
 
 if TYPE_CHECKING:
     from prefpipe.settings.reward import HeadSettings
@@ -51,6 +51,7 @@ class RewardHead(nn.Module, ABC):
     """Base class of the registered heads (see prefpipe.reward.heads for the registry)."""
 
     head_type: ClassVar[str] = ""  # the registry name (head.type, saved as head_type); set by @register
+    settings: HeadSettings  # the head's own settings (tau, dim, bayes, ...); set by build_head
     encoding_keys: ClassVar[tuple[str, ...]]  # what encode() keeps of forward()'s output (compare needs it)
     scalar_reward: ClassVar[bool] = False  # True: one reward r(x, y) per response, `rewards(enc)`
     bayesian: ClassVar[bool] = False  # True: compare() returns Var[s]; head.bayes options; risk aversion
@@ -96,18 +97,21 @@ class RewardHead(nn.Module, ABC):
                 f"compare: {name} lacks {missing} (is it an encoding from a {cls.head_type!r} reward model?)"
             )
 
-    @classmethod
+    @property
+    def tau(self) -> float:
+        """The preference temperature: P(a > b) = sigmoid(s / tau)."""
+        return float(self.settings.tau)
+
     def preference_prob(
-        cls,
-        settings: HeadSettings,
+        self,
         enc_a: Encoding,
         enc_b: Encoding,
         n_samples: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """P(a > b) = sigmoid(s / tau) for a point head; a Bayesian head averages over its posterior."""
-        score, _ = cls.compare(enc_a, enc_b)
-        return torch.sigmoid(score / float(settings.tau))
+        score, _ = self.compare(enc_a, enc_b)
+        return torch.sigmoid(score / self.tau)
 
     @classmethod
     def rewards(cls, enc: Encoding) -> torch.Tensor:
@@ -122,10 +126,14 @@ class RewardHead(nn.Module, ABC):
     def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
         """The s(c > r) the loss uses, from train-mode head outputs of the chosen and rejected halves."""
 
-    @classmethod
-    def training_loss(cls, settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+    def loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
         """Loss of one micro-batch at optimizer step `step`: preference NLL, no regulariser by default."""
-        score = cls.training_score(out_c, out_r)
-        pref = preference_nll(score, settings.tau)
+        score = self.training_score(out_c, out_r)
+        pref = preference_nll(score, self.settings.tau)
         zero = pref.new_zeros(())
-        return LossParts(pref, pref, zero, 0.0, score.detach())
+        detached = score.detach()
+        return LossParts(pref, pref, zero, 0.0, detached, self.training_prob(detached))
+
+    def training_prob(self, score: torch.Tensor) -> torch.Tensor:
+        """P(c > r) = sigmoid(s / tau) of a training score (the probability the trainer logs)."""
+        return torch.sigmoid(score / self.settings.tau)

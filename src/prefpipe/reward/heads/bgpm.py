@@ -89,9 +89,9 @@ class BayesianGPMHead(GPMHead):
         score = gpm_score(enc_a["mean"], enc_b["mean"], gate)
         return score, gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"], gate)
 
-    @classmethod
-    def preference_prob(cls, settings, enc_a, enc_b, n_samples=None, generator=None) -> torch.Tensor:
+    def preference_prob(self, enc_a, enc_b, n_samples=None, generator=None) -> torch.Tensor:
         """Monte Carlo P(a > b) over the posterior (n_samples default: head.bayes.mc_samples)."""
+        settings = self.settings
         n = n_samples or settings.bayes.mc_samples
         return mc_preference_prob(enc_a, enc_b, float(settings.tau), n, settings.normalize, generator)
 
@@ -102,15 +102,14 @@ class BayesianGPMHead(GPMHead):
         key = "sample" if "sample" in out_c else "mean"
         return gpm_score(out_c[key], out_r[key], gate)
 
-    @classmethod
-    def training_loss(cls, settings: HeadSettings, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+    def loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
         """Preference NLL on posterior samples + beta(step) * (KL_c + KL_r) to the N(0, prior_variance) prior."""
-        parts = super().training_loss(settings, out_c, out_r, step)
-        bayes: BayesSettings = settings.bayes  # type: ignore[assignment]
+        parts = super().loss(out_c, out_r, step)
+        bayes: BayesSettings = self.settings.bayes  # type: ignore[assignment]
         beta = kl_beta(step, bayes.kl_warmup_steps, bayes.max_kl_weight)
         kl = (
             gaussian_kl(kl_mean_term(out_c, bayes.kl_mean), out_c["var"], bayes.prior_variance)
             + gaussian_kl(kl_mean_term(out_r, bayes.kl_mean), out_r["var"], bayes.prior_variance)
         ).mean()
         pref = parts.preference_loss
-        return LossParts(pref + beta * kl, pref, kl, beta, parts.score)
+        return LossParts(pref + beta * kl, pref, kl, beta, parts.score, parts.prob)

@@ -9,7 +9,7 @@ from support.models import chat_tokenizer, pair_tokenizer
 
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common.io import read_jsonl
-from prefpipe.common.token_ids import token_ids
+from prefpipe.reward.fast.token_ids import token_ids
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,9 @@ itself, so no row is fully masked; padded positions are never read).
 Only for inference (`RewardModel.encode_dataset`, under inference mode in eval mode): training, the head refit
 and the likelihood cache keep the transformers forward, so their numbers are unchanged. The fused norm and
 rotary round differently from transformers' (last bits); tests compare states and scores with the plain path.
+
+Plain path it must match: transformers' forward with the selected last layer (RewardModel.encode_dataset
+with `lean_scoring` False). Proof: tests/test_reward_lean_encode.py.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prefpipe.reward.backbone import unwrap_peft
-from prefpipe.reward.selected_last_layer import SUPPORTED_LAYERS, forward_at, last_layer
+from prefpipe.reward.fast.selected_last_layer import SUPPORTED_LAYERS, forward_at, last_layer
 
 SUPPORTED_NORMS = ("LlamaRMSNorm",)  # weight * x / rms(x): exactly what F.rms_norm computes
 

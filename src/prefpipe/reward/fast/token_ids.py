@@ -8,6 +8,10 @@ base's tokenizer it takes 0.17 s where the call takes 0.25 s (1326 texts, one th
 the call would set first (no truncation, no padding, the tokenizer's `split_special_tokens`) is set the same
 way here, so both give the same ids (tests compare them on real rows and several tokenizers). A slow (Python)
 tokenizer, or a backend without `encode_batch_fast`, takes the plain call.
+
+Plain path it must match: `tokenizer(texts)["input_ids"]`, and `PairEncoder.tokenize` row by row for the
+rows built from them (`PairEncoder.fast_tokenize` False). Proof: tests/test_reward_token_ids.py and
+tests/test_reward_fast_encode.py.
 """
 
 from __future__ import annotations

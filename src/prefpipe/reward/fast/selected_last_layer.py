@@ -17,6 +17,9 @@ variant apply as usual; attention is torch SDPA with the explicit mask the calle
 the key padding mask for plain rows, `causal_allowed`; the shared-prompt mask for `shared_prompt` rows). Only
 Llama-architecture layers are recognised (`last_layer`); anything else keeps the plain path. A test compares
 scores, losses and gradients with the plain path.
+
+Plain path it must match: the backbone's own forward over every position of the last layer
+(RewardModel.features with `selected_last_layer` False). Proof: tests/test_reward_selected_last_layer.py.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ def last_layer(backbone: nn.Module) -> nn.Module | None:
     """The backbone's last decoder layer when its architecture is recognised, else None."""
     core = unwrap_peft(backbone)
     layers = getattr(core, "layers", None)
-    cfg = getattr(core, "config", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0 or cfg is None:
+    model_config = getattr(core, "config", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0 or model_config is None:
         return None
-    if len(layers) != getattr(cfg, "num_hidden_layers", -1):
+    if len(layers) != getattr(model_config, "num_hidden_layers", -1):
         return None  # the model's forward would not run every layer
     layer = layers[-1]
     if type(layer).__name__ not in SUPPORTED_LAYERS:

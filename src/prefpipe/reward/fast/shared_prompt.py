@@ -21,6 +21,10 @@ first token scored from its own prompt end, so they are not computed here); anot
 token or an architecture `selected_last_layer` does not know keeps the padded rows.
 Pairs are sorted by packed length and cut into chunks as the length buckets are (`collate.chunk_bounds`).
 Tests compare outputs, losses and gradients with the padded rows.
+
+Plain path it must match: the chosen and rejected rows padded in one batch
+(`PairEncoder.pad_buckets`, what the trainer uses when `RewardModel.shares_prompts` is False). Proof:
+tests/test_reward_shared_prompt.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""Config checks that need a registry owned above the settings layer, run once on the whole experiment.
+
+The settings layer (prefpipe.settings) checks what the config alone can say. Four facts belong to higher
+layers: the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world), the
+reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads), the verifiers
+`data.prompts.verifier` may name (prefpipe.data.verifier) and which GRPO rewards read prompt answers
+(prefpipe.grpo.rewards). This top-layer module asks each owner and names the config key. The workflow builds
+its settings through `checked_pipeline` (workflow/rules/common.smk), as do the tests (tests/support/settings.py);
+a stage started by hand asks its own owner again when it starts (build_reward_model, load_rl_prompt_rows,
+grpo.train).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefpipe.common.config import ConfigError
+from prefpipe.data.synthetic_noise import check_switches
+from prefpipe.data.synthetic_world import SUBSETS
+from prefpipe.data.verifier import check_verifier
+from prefpipe.grpo.rewards import answer_reward_keys
+from prefpipe.reward.heads import check_head_settings
+from prefpipe.settings.data import NO_VERIFIER
+from prefpipe.settings.pipeline import PipelineSettings
+
+
+def checked_pipeline(config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
+    """`PipelineSettings.from_config` followed by `check_registered`."""
+    return check_registered(PipelineSettings.from_config(config, threads))
+
+
+def check_registered(settings: PipelineSettings) -> PipelineSettings:
+    """The registry checks, in the order of the stages; ConfigError naming the key. Returns `settings`."""
+    world = settings.data.synthetic
+    if world.label_noise or world.unfamiliar_subsets:
+        check_switches(world.label_noise, world.unfamiliar_subsets, SUBSETS, "data.synthetic")
+    check_verifier(settings.data.prompts, "data.prompts")
+    for name, variant in settings.reward.items():
+        try:
+            check_head_settings(variant.head)
+        except ConfigError as err:
+            raise ConfigError(f"reward.variants.{name}.{err}") from err
+    if settings.data.prompts.verifier == NO_VERIFIER:
+        _check_prompt_answers(settings)
+    return settings
+
+
+def _check_prompt_answers(settings: PipelineSettings) -> None:
+    """Prompts without answers (data.prompts.verifier: none) cannot feed a reward that reads answers."""
+    for name, run in settings.grpo.items():
+        keys = answer_reward_keys(run.rewards)
+        if keys:
+            where = ", ".join(f"grpo.runs.{name}.{key.removeprefix('grpo.')}" for key in keys)
+            raise ConfigError(
+                f"{where} needs prompt answers, but data.prompts.verifier is {NO_VERIFIER!r} (prompts "
+                "without answers): use reward_model (or format) rewards only, or give the prompts answers"
+            )

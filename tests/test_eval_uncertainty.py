@@ -1,0 +1,175 @@
+"""Uncertainty measures (prefpipe.evaluation.uncertainty) against brute-force computations."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from prefpipe.evaluation.calibration import expected_calibration_error, sigmoid
+from prefpipe.evaluation.uncertainty import (
+    aurc,
+    aurc_comparison,
+    auroc,
+    auroc_interval,
+    binary_entropy,
+    bootstrap,
+    ece_difference,
+    ensemble_preference,
+    flip_probability,
+    gaussian_preference,
+    risk_coverage,
+    sample_preference,
+)
+
+
+def _auroc_pairs(u, y):
+    pos, neg = u[y], u[~y]
+    return np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg])
+
+
+def test_auroc_matches_all_pairs_with_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(5, 40))
+        u = rng.integers(0, 6, n).astype(float)  # many ties
+        y = rng.random(n) < 0.4
+        if y.all() or not y.any():
+            continue
+        assert auroc(u, y) == pytest.approx(_auroc_pairs(u, y), abs=1e-12)
+    assert auroc([0.1, 0.9], [False, True]) == 1.0
+    assert auroc([0.9, 0.1], [False, True]) == 0.0
+    with pytest.raises(ValueError, match="both classes"):
+        auroc([0.1, 0.2], [True, True])
+
+
+def _risk_by_permutations(correct, u):
+    """Mean risk curve over every order of the tied pairs (an exhaustive random tie-break)."""
+    groups = [[i for i in range(len(u)) if u[i] == value] for value in sorted(set(u))]
+    curves = []
+    for orders in itertools.product(*(itertools.permutations(g) for g in groups)):
+        ranked = [i for group in orders for i in group]
+        wrong = np.cumsum([not correct[i] for i in ranked])
+        curves.append(wrong / np.arange(1, len(u) + 1))
+    return np.mean(curves, axis=0)
+
+
+def test_risk_coverage_is_the_expectation_over_tie_breaks():
+    correct = np.array([True, False, True, True, False, True, False])
+    u = np.array([0.2, 0.2, 0.5, 0.1, 0.5, 0.5, 0.9])
+    coverage, risk = risk_coverage(correct, u)
+    np.testing.assert_allclose(coverage, np.arange(1, 8) / 7)
+    np.testing.assert_allclose(risk, _risk_by_permutations(correct, u), atol=1e-12)
+    assert aurc(correct, u) == pytest.approx(risk.mean())
+    # no ties: the plain cumulative error rate of the sorted decisions
+    u2 = np.arange(7.0)[::-1]
+    expected = np.cumsum(~correct[np.argsort(u2)]) / np.arange(1, 8)
+    np.testing.assert_allclose(risk_coverage(correct, u2)[1], expected)
+
+
+def test_perfect_ranking_has_the_smallest_area():
+    correct = np.array([True] * 8 + [False] * 2)
+    perfect = np.r_[np.zeros(8), np.ones(2)]
+    worst = 1 - perfect
+    assert aurc(correct, perfect) < aurc(correct, np.zeros(10)) < aurc(correct, worst)
+    assert aurc(correct, np.zeros(10)) == pytest.approx(0.2)  # all tied: the overall risk at every coverage
+
+
+def test_gaussian_preference_matches_monte_carlo():
+    rng = np.random.default_rng(1)
+    # narrow and wide posteriors on the logit scale (sd / tau from 0.2 to 185: a Bayesian head whose KL pushed
+    # the variance to its clamp), incl. saturated ones
+    m = np.array([-0.3, 0.0, 0.05, 0.2, 1.0, 2.0, 0.5, -0.9, 0.3, 3.0])
+    v = np.array([0.01, 0.2, 0.0004, 0.05, 0.3, 1.0, 342.0, 342.0, 1e-6, 0.0])
+    tau = 0.1
+    got = gaussian_preference(m, v, tau)
+    s = m[:, None] + np.sqrt(v)[:, None] * rng.standard_normal((len(m), 1_000_000))
+    p = sigmoid(s / tau)
+    h = binary_entropy(p)
+    for key, samples in (("prob", p), ("expected_entropy", h)):
+        se = samples.std(axis=1) / math.sqrt(s.shape[1])
+        assert np.all(np.abs(got[key] - samples.mean(axis=1)) <= 5 * se + 1e-4), key
+    np.testing.assert_allclose(got["predictive_entropy"], binary_entropy(got["prob"]))
+    np.testing.assert_allclose(
+        got["mutual_information"], binary_entropy(got["prob"]) - got["expected_entropy"], atol=1e-4
+    )
+    flips = (np.sign(s) != np.sign(m)[:, None]).mean(axis=1)
+    np.testing.assert_allclose(got["flip_probability"][m != 0], flips[m != 0], atol=3e-3)
+    assert got["flip_probability"][1] == 0.5
+    assert got["prob"][6] > 0.5 > got["prob"][7]  # the wide posteriors still lean the mean's way
+
+
+def test_flip_probability_edges():
+    np.testing.assert_allclose(flip_probability([1.0, -1.0, 0.0], [0.0, 1.0, 0.0]), [0.0, 0.1586552539, 0.5])
+    with pytest.raises(ValueError, match="negative"):
+        flip_probability([1.0], [-1.0])
+
+
+def test_sample_preference_matches_loops():
+    rng = np.random.default_rng(2)
+    s = rng.normal(0.1, 0.3, size=(5, 50))
+    m = np.array([0.2, -0.1, 0.0, 0.3, -0.4])
+    got = sample_preference(s, m, tau=0.2)
+    for i in range(5):
+        p = [1 / (1 + math.exp(-x / 0.2)) for x in s[i]]
+        pbar = sum(p) / len(p)
+        total = -(pbar * math.log(pbar) + (1 - pbar) * math.log(1 - pbar))
+        expected = sum(-(q * math.log(q) + (1 - q) * math.log(1 - q)) for q in p) / len(p)
+        assert got["prob"][i] == pytest.approx(pbar)
+        assert got["predictive_entropy"][i] == pytest.approx(total)
+        assert got["mutual_information"][i] == pytest.approx(total - expected, abs=1e-12)
+        flips = 0.5 if m[i] == 0 else sum(math.copysign(1, x) != math.copysign(1, m[i]) for x in s[i]) / 50
+        assert got["flip_probability"][i] == pytest.approx(flips)
+
+
+def test_bootstrap_is_stratified_and_reproducible():
+    y = np.array([True] * 3 + [False] * 17)
+    counts = []
+
+    def positives(idx):
+        counts.append(int(y[idx].sum()))
+        return float(y[idx].mean())
+
+    out = bootstrap(positives, y, resamples=50, confidence=0.95, seed=3)
+    assert set(counts) == {3}  # every resample keeps the class counts (and the full-data call too)
+    assert out == {"value": 0.15, "low": 0.15, "high": 0.15}
+    u = np.random.default_rng(4).random(20)
+    a = auroc_interval(u, y, resamples=200, confidence=0.95, seed=5)
+    b = auroc_interval(u, y, resamples=200, confidence=0.95, seed=5)
+    assert a == b and a["low"] <= a["value"] <= a["high"] and (a["positives"], a["negatives"]) == (3, 17)
+
+
+def test_paired_comparisons():
+    rng = np.random.default_rng(6)
+    n = 60
+    correct = rng.random(n) < 0.8
+    u = rng.random(n)
+    strata = ["s1"] * 30 + ["s2"] * 30
+    same = aurc_comparison(correct, u, u, strata, resamples=100, confidence=0.95, seed=0)
+    assert same["difference"] == {"value": 0.0, "low": 0.0, "high": 0.0}
+    prob_a, prob_b = rng.random(n), rng.random(n)
+    out = ece_difference(
+        prob_a, correct, prob_b, correct, strata, n_bins=5, resamples=100, confidence=0.9, seed=0
+    )
+    assert out["a"] == expected_calibration_error(prob_a, correct, 5)
+    assert out["difference"]["value"] == pytest.approx(out["a"] - out["b"])
+    assert out["difference"]["low"] <= out["difference"]["high"]
+
+
+def test_ensemble_preference_treats_members_as_samples():
+    scores = np.array([[0.3, 0.5, -0.1], [-0.2, -0.4, -0.3], [0.0, 0.2, -0.2]])
+    got = ensemble_preference(scores, tau=0.1)
+    np.testing.assert_allclose(got["score"], [0.7 / 3, -0.3, 0.0])
+    np.testing.assert_allclose(got["score_sd"], [np.std(r, ddof=1) for r in scores])
+    np.testing.assert_allclose(
+        got["flip_probability"], [1 / 3, 0.0, 0.5]
+    )  # share of members against the mean
+    p = sigmoid(scores / 0.1)
+    np.testing.assert_allclose(got["prob"], p.mean(axis=1))
+    np.testing.assert_allclose(
+        got["mutual_information"], binary_entropy(p.mean(axis=1)) - binary_entropy(p).mean(axis=1), atol=1e-12
+    )
+    with pytest.raises(ValueError, match="K >= 2"):
+        ensemble_preference(scores[:, :1], tau=0.1)
