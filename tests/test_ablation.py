@@ -15,10 +15,10 @@ from support.settings import pipeline, stage_json
 from support.stages import run_main
 
 from prefpipe import ablation as ablation_stage
+from prefpipe.common.stats import percentile_interval
 from prefpipe.evaluation.accuracy_summary import OVERALL, summarize_scores
 from prefpipe.evaluation.paired_bootstrap import (
     draw,
-    percentile_interval,
     point_scores,
     recorded_table,
     resampled_scores,
@@ -111,7 +111,7 @@ def test_the_bootstrap_variance_of_the_section_average_matches_its_closed_form()
 
 
 def test_verdicts_and_the_fix_that_matters_most():
-    from prefpipe.evaluation.ablation import most_important, verdict
+    from prefpipe.evaluation.ablation_contrasts import most_important, verdict
 
     assert verdict((0.01, 0.2)) == "matters"
     assert verdict((-0.2, -0.01)) == "hurts"

@@ -16,9 +16,9 @@ from support.stages import run_main
 
 from prefpipe import build_base, prep_data
 from prefpipe.data.verifier import verify
-from prefpipe.grpo.policy_eval import complete
+from prefpipe.generation.rl_prompts import load_rl_prompts
 from prefpipe.grpo.policy_io import load_policy
-from prefpipe.grpo.prompts import load_rl_prompts
+from prefpipe.grpo.policy_measures import complete
 from prefpipe.grpo.rewards import build_rewards
 from prefpipe.grpo.rollout import GenerationSettings
 from prefpipe.grpo.trainer import GRPOTrainer

@@ -1,6 +1,8 @@
-"""The optimised GRPO paths give what the plain ones give on the same batch: the lean decode loop vs
-`model.generate` (greedy), compaction vs none (sampling), inverse-CDF sampling vs the categorical it samples,
-unpadded micro-batches vs the padded layout (log-probs, losses, gradients), fused AdamW vs the plain loop."""
+"""The optimised GRPO paths (grpo/fast/) give what the plain ones give on the same batch: the compacting decode
+loop vs the plain one and `model.generate` (greedy), inverse-CDF sampling vs the categorical it samples, lean
+decode steps vs the model's forward, unpadded and shared-prompt micro-batches vs the padded layout (log-probs,
+losses, gradients), fused AdamW vs the plain loop; and the run-wide `fast_paths` switch: a GRPO run with every
+fast path off takes the same steps."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import torch
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
+from prefpipe.generation.tokens import pad_token_id, tokenize_prompts
+from prefpipe.grpo.fast.decode import decode_compact
+from prefpipe.grpo.fast.packing import pack_span, share_prompt_span
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
-from prefpipe.grpo.packing import pack_span, plain_span, share_prompt_span
-from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf, pad_token_id, tokenize_prompts
+from prefpipe.grpo.rewards import WeightedReward
+from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf
 from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
-from prefpipe.grpo.spans import loss_spans
-from prefpipe.grpo.trainer import make_adamw
+from prefpipe.grpo.spans import loss_spans, plain_span
+from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.update import make_adamw
 
 PROMPTS = ["What is 2 plus 3?", "Say yes.", "Say no please, now.", "Repeat cat:"]
 
@@ -41,9 +47,8 @@ def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, to
     eos = _frequent_token(model, tok)
     batch = tokenize_prompts(tok, PROMPTS, None)
     G = 3
-    ours = decode(
-        model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None, 1.0, 0, 1.0
-    )
+    args = (model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None, 1.0, 0, 1.0)
+    ours, plain_loop = decode_compact(*args), decode(*args)
     plain = model.generate(
         input_ids=batch.input_ids.repeat_interleave(G, 0),
         attention_mask=batch.attention_mask.repeat_interleave(G, 0),
@@ -53,7 +58,7 @@ def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, to
         eos_token_id=[eos],
     )[:, batch.input_ids.shape[1] :]
     assert (ours == eos).any(dim=1).sum() >= 2, "some rows must finish early for the test to mean anything"
-    assert torch.equal(ours, plain)
+    assert torch.equal(ours, plain) and torch.equal(plain_loop, plain)
 
 
 def test_fast_generate_matches_generate_hf_greedy(model, tok):
@@ -69,12 +74,14 @@ def test_sampling_does_not_depend_on_compaction_or_the_rest_of_the_batch(model, 
     G, T = 4, 10
     u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(1))
     args = (G, T, [eos], pad_token_id(tok))
-    compact = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
-    plain = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0, compact=False)
+    compact = decode_compact(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
+    plain = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
     assert (compact == eos).any(dim=1).sum() >= 2
     assert torch.equal(compact, plain)
     # the last two prompts alone (a data-parallel process's share) draw the same tokens for their rows
-    part = decode(model, batch.input_ids[2:], batch.attention_mask[2:], *args, u[2 * G :], 0.9, 0, 1.0)
+    part = decode_compact(
+        model, batch.input_ids[2:], batch.attention_mask[2:], *args, u[2 * G :], 0.9, 0, 1.0
+    )
     assert torch.equal(part, compact[2 * G :, : part.shape[1]])
     assert (compact[2 * G :, part.shape[1] :] == pad_token_id(tok)).all()
 
@@ -211,8 +218,8 @@ def _lora(model, seed: int):
 def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant, monkeypatch):
     import contextlib
 
-    from prefpipe.grpo import lean_decode
-    from prefpipe.grpo.lean_decode import LeanLlama
+    from prefpipe.grpo.fast import lean_decode
+    from prefpipe.grpo.fast.lean_decode import LeanLlama
 
     if variant == "full_unfused":  # the large-layer path: q/k/v and gate/up stay separate matmuls
         monkeypatch.setattr(lean_decode, "FUSE_ELEMENTS_PER_STEP", 0)
@@ -241,17 +248,20 @@ def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok,
         want = m(input_ids=full_ids, attention_mask=full_mask, position_ids=full_pos).logits[:, -1]
         assert torch.allclose(lean.step(nxt), want, atol=1e-5)
         for uu in (None, u):  # greedy and sampled, rows finishing early (compaction)
-            fast = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
-            plain = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0, lean=False)
+            fast = decode_compact(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
+            forward = decode_compact(
+                m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0, lean=False
+            )
+            plain = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
             if uu is None:
                 assert (fast == eos).any(dim=1).sum() >= 2
-            assert torch.equal(fast, plain)
+            assert torch.equal(fast, forward) and torch.equal(fast, plain)
 
 
 def test_lean_decode_declines_what_it_does_not_know(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from prefpipe.grpo.lean_decode import LeanLlama
+    from prefpipe.grpo.fast.lean_decode import LeanLlama
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32))
     assert LeanLlama.build(gpt2, 4) is None
@@ -262,7 +272,7 @@ def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
     """Groups of unequal size (3, 1, 2 rows): log-probs, entropy and gradients of the one-call form (completions
     packed behind their prompt under a 4-D mask) against the two-call form, itself checked against the padded
     layout in the test above."""
-    from prefpipe.grpo.logprobs import prefix_packed_logprobs, shared_prompt_logprobs
+    from prefpipe.grpo.fast.shared_prompt import prefix_packed_logprobs, shared_prompt_logprobs
 
     m = tiny_llama(tok, seed=3)
     batch = tokenize_prompts(tok, PROMPTS[:3], None)
@@ -283,7 +293,7 @@ def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
 def test_shared_prompt_form_without_a_cache_falls_back_to_one_call(tok):
     """A policy under gradient checkpointing returns no KV cache in training mode; the two-call form then takes
     the one-call form and gives the same log-probs."""
-    from prefpipe.grpo.logprobs import shared_prompt_logprobs
+    from prefpipe.grpo.fast.shared_prompt import shared_prompt_logprobs
 
     m = tiny_llama(tok, seed=3)
     batch = tokenize_prompts(tok, PROMPTS[:2], None)
@@ -295,3 +305,68 @@ def test_shared_prompt_form_without_a_cache_falls_back_to_one_call(tok):
     m.train()
     got, _ = shared_prompt_logprobs(m, batch.input_ids, batch.attention_mask, group, comp, 1.0)
     assert torch.allclose(got.detach(), want, atol=1e-5)
+
+
+def _switch_run(tmp_path, tok, fast: bool, mask_mode: str = "completion") -> GRPOTrainer:
+    rows = [{"id": str(i), "prompt": p, "answer": "5", "kind": "add"} for i, p in enumerate(PROMPTS)]
+    cfg = grpo_settings(
+        {
+            "steps": 1,
+            "prompts_per_step": 3,
+            "num_generations": 4,
+            "max_new_tokens": 6,
+            "learning_rate": 3e-2,
+            "beta": 0.04,
+            "num_iterations": 2,
+            "micro_batch_size": 3,
+            "sample_every": 1,
+            "checkpoint_every": 0,
+            "mask_truncated_completions": False,
+            "mask_mode": mask_mode,
+        },
+        fast_paths=fast,
+    )
+    assert cfg.fast_paths is fast
+    digits = WeightedReward(
+        "digits", 1.0, lambda x: torch.tensor([float(sum(map(str.isdigit, t))) for t in x.completions])
+    )
+    trainer = GRPOTrainer(
+        cfg, tiny_llama(tok, seed=4), tok, "none", rows, [digits], tmp_path, run_fingerprint="fp"
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("mask_mode", ["completion", "with_prompt"])
+def test_fast_paths_switch_off_takes_the_same_grpo_steps(tmp_path, tok, monkeypatch, mask_mode):
+    """fast_paths: false sends generation to the plain decode loop and micro-batches to the padded layout (plain
+    log-probs): the same completions, and the first optimizer pass's loss, KL, log-ratio and entropy within this
+    file's tolerances. (Later passes are compared only loosely: Adam turns a 1e-7 gradient difference on a
+    near-zero gradient entry into a full-size step, so two runs part after the first update either way.)"""
+    from prefpipe.grpo import rollout
+    from prefpipe.grpo.fast import packing
+
+    calls = {"compact": 0, "shared": 0}
+
+    def counting(name, fn):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(rollout, "decode_compact", counting("compact", rollout.decode_compact))
+    monkeypatch.setattr(packing, "grouped_logprobs", counting("shared", packing.grouped_logprobs))
+    on = _switch_run(tmp_path / "on", tok, True, mask_mode)
+    fast_calls = dict(calls)
+    calls.update(compact=0, shared=0)
+    off = _switch_run(tmp_path / "off", tok, False, mask_mode)
+    assert fast_calls["compact"] > 0 and calls == {"compact": 0, "shared": 0}
+    assert (fast_calls["shared"] > 0) == (mask_mode == "completion")
+    assert [s["completion"] for s in on.sample_rows] == [s["completion"] for s in off.sample_rows]
+    keys = ["loss_first_iteration", "kl_k1_mean", "kl_k3_mean", "kl_k3_max", "max_abs_log_ratio", "entropy"]
+    keys += ["reward_mean", "completion_length_mean", "num_loss_tokens", "prompt_loss_share"]
+    (a,), (b,) = on.metric_rows, off.metric_rows
+    for key in keys:
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-5)

@@ -12,9 +12,10 @@ from support.models import save_tiny_policy
 from support.settings import grpo_settings
 
 from prefpipe.common.run_record import RunRecord
+from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.trainer import LOSS_FIRST_ITERATION, GRPOTrainer
+from prefpipe.grpo.trainer import GRPOTrainer
 from prefpipe.inspect_grpo import main
 from prefpipe.settings.build import to_mapping
 

@@ -192,8 +192,8 @@ def test_wilson_interval_matches_numerical_inversion(k, n):
 
 
 def test_reference_opponent_builds_greedy_reference_completions(folders, tmp_path):
+    from prefpipe.generation.rl_prompts import load_rl_prompts
     from prefpipe.grpo.policy_io import load_policy
-    from prefpipe.grpo.prompts import load_rl_prompts
     from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
     from prefpipe.reward.model import load_reward_model

@@ -12,8 +12,10 @@ from support.settings import grpo_settings, pipeline
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
+from prefpipe.grpo.metric_names import TIMING_KEYS
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.trainer import TIMING_KEYS, GRPOTrainer, Preempted, select_prompts
+from prefpipe.grpo.step_batch import select_prompts
+from prefpipe.grpo.trainer import GRPOTrainer, Preempted
 
 ROWS = [
     {"id": str(i), "prompt": p, "answer": "5", "kind": "add"}

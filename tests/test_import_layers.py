@@ -21,6 +21,7 @@ RANKS = {
     "common": 0,
     "settings": 1,
     "data": 2,
+    "generation": 2,  # prompt rows and token batches for base/ and grpo/ (needs common, settings only)
     "reward": 3,
     "base": 3,
     "evaluation": 4,
@@ -29,12 +30,8 @@ RANKS = {
     TOP: 6,
 }
 
-# H2 removes these (issue 31, the grpo/base/report side): (importing file, imported module).
-KNOWN_LAYER_EDGES = {
-    ("src/prefpipe/base/heldout.py", "prefpipe.grpo.prompts"),
-    ("src/prefpipe/base/heldout.py", "prefpipe.grpo.rollout"),
-    ("src/prefpipe/grpo/hypotheses.py", "prefpipe.report.diagnostics"),
-}
+# Known violations another change removes: (importing file, imported module). None left.
+KNOWN_LAYER_EDGES: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 one, with paired bootstrap intervals over the test pairs.
 
     python -m prefpipe.ablation --config '<json>' --eval results/eval --out results/ablation
-What it reads, writes and reports: prefpipe.evaluation.ablation.
+What it reads, writes and reports: prefpipe.evaluation.ablation_contrasts.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from prefpipe.common.stage import PathArg, run_stage
-from prefpipe.evaluation.ablation import run
+from prefpipe.evaluation.ablation_contrasts import run
 from prefpipe.settings.ablation import AblationStageSettings
 
 PATHS = {

@@ -1,7 +1,7 @@
 """One GRPO step, token by token: `python -m prefpipe.inspect_grpo RUN_DIR --step N`.
 
 RUN_DIR is a train_grpo output (results/grpo/<run>): its config.json gives the run's settings. A step named in
-the run's `grpo.inspect_steps` was saved by the trainer (batch + pre-update weights, prefpipe.grpo.inspect_record):
+the run's `grpo.inspect_steps` was saved by the trainer (batch + pre-update weights, prefpipe.grpo.inspect_step_save):
 the table is recomputed from them and its loss is compared with the loss the trainer logged. `--fresh` instead
 samples a new batch for step N's prompts from a policy (default RUN_DIR/policy, the trained one) against a
 reference (`--reference`, e.g. results/base/model; required when beta > 0): nothing to compare the loss with.
@@ -23,14 +23,14 @@ import torch
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
-from prefpipe.grpo import inspect_record
-from prefpipe.grpo.inspect import StepTable, attach_groups, step_table
+from prefpipe.grpo import inspect_step_save
+from prefpipe.grpo.inspect_step_table import StepTable, attach_groups, step_table
+from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.reference import ReferencePolicy, build_reference, frozen_copy
-from prefpipe.grpo.trainer import LOSS_FIRST_ITERATION
 from prefpipe.report.html import render_html
+from prefpipe.report.inspect_step_page import build_page
 from prefpipe.report.markdown import render_markdown
-from prefpipe.report.step_page import build_page
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.inspect_grpo")
@@ -55,20 +55,20 @@ def _load_trainable(policy: torch.nn.Module, weights: dict[str, torch.Tensor], w
             params[name].copy_(value)
 
 
-def saved(args, cfg: GrpoSettings) -> tuple[StepTable, float | None, str]:
-    step = inspect_record.load_step(args.run_dir, args.step)
+def saved(args, settings: GrpoSettings) -> tuple[StepTable, float | None, str]:
+    step = inspect_step_save.load_step(args.run_dir, args.step)
     source = args.policy or step.record.get("policy_source")
     if not source or not Path(source).exists():
         raise UserError(f"the run's starting policy {source!r} is not there; pass --policy FOLDER")
     torch.manual_seed(
-        cfg.seed
+        settings.seed
     )  # a fresh LoRA adapter's initial A matrices (B = 0, so outputs do not depend on it)
-    policy, tok, lora_state = load_policy(source, cfg.lora, cfg.dtype, "cpu")
-    reference = build_reference(policy, lora_state, cfg.beta != 0.0, cfg.reference_mode)
-    _load_trainable(policy, step.weights, str(inspect_record.step_dir(args.run_dir, args.step)))
-    table = step_table(cfg, policy, reference, tok, step.rollout, step.advantages, args.step)
+    policy, tok, lora_state = load_policy(source, settings.lora, settings.dtype, "cpu")
+    reference = build_reference(policy, lora_state, settings.kl_to_reference, settings.reference_mode)
+    _load_trainable(policy, step.weights, str(inspect_step_save.step_dir(args.run_dir, args.step)))
+    table = step_table(settings, policy, reference, tok, step.rollout, step.advantages, args.step)
     attach_groups(
-        table, step.record["rows"], step.rewards, step.parts, step.advantages, cfg, step.rollout.texts
+        table, step.record["rows"], step.rewards, step.parts, step.advantages, settings, step.rollout.texts
     )
     trainer_loss = step.trainer.get(LOSS_FIRST_ITERATION, step.trainer.get("loss"))
     return (
@@ -78,38 +78,42 @@ def saved(args, cfg: GrpoSettings) -> tuple[StepTable, float | None, str]:
     )
 
 
-def fresh(args, cfg: GrpoSettings) -> tuple[StepTable, None, str]:
-    from prefpipe.grpo.prompts import load_rl_prompts
+def fresh(args, settings: GrpoSettings) -> tuple[StepTable, None, str]:
+    from prefpipe.generation.rl_prompts import load_rl_prompts
     from prefpipe.grpo.rewards import build_rewards
     from prefpipe.grpo.trainer import GRPOTrainer
 
     if args.data is None:
         raise UserError("--fresh needs --data (the folder with rl_prompts_train.jsonl)")
     policy_dir = args.policy or str(args.run_dir / "policy")
-    policy, tok, lora_state = load_policy(policy_dir, None, cfg.dtype, "cpu")
+    policy, tok, lora_state = load_policy(policy_dir, None, settings.dtype, "cpu")
     rows, _ = load_rl_prompts(Path(args.data) / "rl_prompts_train.jsonl")
     reward_model = None
-    if cfg.uses_reward_model():
+    if settings.uses_reward_model():
         if args.reward_model is None:
-            raise UserError(f"run {cfg.run!r} has a reward_model reward: pass --reward-model FOLDER")
+            raise UserError(f"run {settings.run!r} has a reward_model reward: pass --reward-model FOLDER")
         from prefpipe.reward.model import load_reward_model
 
-        reward_model = load_reward_model(args.reward_model)
-    fresh_cfg = dataclasses.replace(cfg, beta=0.0, inspect_steps=[])  # the reference is attached below
+        reward_model = load_reward_model(args.reward_model, fast_paths=settings.fast_paths)
+    fresh_settings = dataclasses.replace(
+        settings, beta=0.0, inspect_steps=[]
+    )  # the reference is attached below
     trainer = GRPOTrainer(
-        fresh_cfg, policy, tok, lora_state, rows, build_rewards(cfg.rewards, reward_model), "."
+        fresh_settings, policy, tok, lora_state, rows, build_rewards(settings.rewards, reward_model), "."
     )
     batch, _ = trainer._rollout(args.step)
     reference = None
-    if cfg.beta != 0.0:
+    if settings.kl_to_reference:
         if args.reference is None:
             raise UserError(
-                f"run {cfg.run!r} has beta {cfg.beta}: pass --reference FOLDER (e.g. results/base/model)"
+                f"run {settings.run!r} has beta {settings.beta}: pass --reference FOLDER (e.g. results/base/model)"
             )
-        ref_model, _, _ = load_policy(args.reference, None, cfg.dtype, "cpu")
+        ref_model, _, _ = load_policy(args.reference, None, settings.dtype, "cpu")
         reference = ReferencePolicy(frozen_copy(ref_model), via_disable_adapter=False)
-    table = step_table(cfg, policy, reference, tok, batch.rollout, batch.advantages, args.step)
-    attach_groups(table, batch.rows, batch.rewards, batch.parts, batch.advantages, cfg, batch.rollout.texts)
+    table = step_table(settings, policy, reference, tok, batch.rollout, batch.advantages, args.step)
+    attach_groups(
+        table, batch.rows, batch.rewards, batch.parts, batch.advantages, settings, batch.rollout.texts
+    )
     return (
         table,
         None,
@@ -117,15 +121,15 @@ def fresh(args, cfg: GrpoSettings) -> tuple[StepTable, None, str]:
     )
 
 
-def write(table: StepTable, cfg: GrpoSettings, trainer_loss, source: str, out: Path, limit) -> None:
-    doc = build_page(table, cfg.run, trainer_loss, source, limit)
+def write(table: StepTable, settings: GrpoSettings, trainer_loss, source: str, out: Path, limit) -> None:
+    doc = build_page(table, settings.run, trainer_loss, source, limit)
     stem = f"step-{table.step}"
     atomic_write_text(out / f"{stem}.html", render_html(doc))
     atomic_write_text(out / f"{stem}.md", render_markdown(doc, figure_dir=None))
     atomic_write_json(
         out / f"{stem}.json",
         {
-            "run": cfg.run,
+            "run": settings.run,
             "step": table.step,
             "table_loss": table.table_loss,
             "trainer_loss": trainer_loss,
@@ -153,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="output folder")
     args = p.parse_args(argv)
     try:
-        cfg = run_settings(args.run_dir)
-        table, trainer_loss, source = (fresh if args.fresh else saved)(args, cfg)
-        default_out = args.run_dir / inspect_record.INSPECT_DIR / f"fresh-{args.step}"
+        settings = run_settings(args.run_dir)
+        table, trainer_loss, source = (fresh if args.fresh else saved)(args, settings)
+        default_out = args.run_dir / inspect_step_save.INSPECT_DIR / f"fresh-{args.step}"
         if not args.fresh:
-            default_out = inspect_record.step_dir(args.run_dir, args.step)
+            default_out = inspect_step_save.step_dir(args.run_dir, args.step)
         out = args.out or default_out
-        write(table, cfg, trainer_loss, source, out, args.completions)
+        write(table, settings, trainer_loss, source, out, args.completions)
     except UserError as err:
         log.error("inspect_grpo: %s", err)
         return 2

@@ -43,38 +43,42 @@ def corpus_texts(data_dir: Path) -> list[str]:
     return texts
 
 
-def pretrained_source(cfg: BaseSettings, given: str | None) -> str:
+def pretrained_source(settings: BaseSettings, given: str | None) -> str:
     """The folder or hub id to load: the rule's --pretrained (base.pretrained resolved), else base.pretrained
     read here (a path, a hub id or pkg:<module>/<folder>; import:<name> needs the rule's folder)."""
-    if not cfg.pretrained:
+    if not settings.pretrained:
         raise ConfigError(
             "base.pretrained must name a hub id, a local folder, pkg:<module>/<folder> or import:<name> "
             "when base.source is pretrained"
         )
     if given:
         return given
-    if model_ref.parse(cfg.pretrained, "base.pretrained").kind == "import":
+    if model_ref.parse(settings.pretrained, "base.pretrained").kind == "import":
         raise ConfigError(
-            f"base.pretrained = {cfg.pretrained!r}: pass the imported folder with --pretrained "
+            f"base.pretrained = {settings.pretrained!r}: pass the imported folder with --pretrained "
             "(the workflow does: results/models/<name>/model)"
         )
-    source = model_ref.resolve(cfg.pretrained, "base.pretrained", results=".")
+    source = model_ref.resolve(settings.pretrained, "base.pretrained", results=".")
     check_path("base.pretrained", source, PathArg("the pretrained base", "model"))
     return source
 
 
 def make_model(
-    cfg: BaseSettings, data_dir: Path, pretrained: str | None = None
+    settings: BaseSettings, data_dir: Path, pretrained: str | None = None
 ) -> tuple[Any, Any, dict[str, Any]]:
-    if cfg.source == "scratch":
+    if settings.source == "scratch":
         tokenizer = train_tokenizer(
-            corpus_texts(data_dir), cfg.tokenizer.vocab_size, cfg.model.max_position_embeddings
+            corpus_texts(data_dir), settings.tokenizer.vocab_size, settings.model.max_position_embeddings
         )
-        model = build_tiny_llama(cfg.model, tokenizer, cfg.seed)
+        model = build_tiny_llama(settings.model, tokenizer, settings.seed)
         return model, tokenizer, {"pad_added": False}
-    source = pretrained_source(cfg, pretrained)
-    model, tokenizer, pad_added = load_pretrained(source, cfg.trust_remote_code)
-    return model, tokenizer, {"pretrained": cfg.pretrained, "pretrained_path": source, "pad_added": pad_added}
+    source = pretrained_source(settings, pretrained)
+    model, tokenizer, pad_added = load_pretrained(source, settings.trust_remote_code)
+    return (
+        model,
+        tokenizer,
+        {"pretrained": settings.pretrained, "pretrained_path": source, "pad_added": pad_added},
+    )
 
 
 def chosen_replies(pairs_path: Path) -> list[dict]:
@@ -90,41 +94,32 @@ def chosen_replies(pairs_path: Path) -> list[dict]:
     ]
 
 
-def build(
-    cfg: BaseSettings, data_dir: Path, out: Path, record: RunRecord, pretrained: str | None = None
-) -> dict[str, Any]:
-    """Run the stage; return the summary."""
-    seed = cfg.seed
-    seed_everything(seed)
-    timings: dict[str, float] = {}
-    t0 = time.time()
-    model, tokenizer, info = make_model(cfg, data_dir, pretrained)
-    timings["build_s"] = time.time() - t0
-    sft_cfg = cfg.sft
-    sft_summary: dict[str, Any] = {"enabled": sft_cfg.enabled}
-    if sft_cfg.enabled:
-        t0 = time.time()
-        rows = read_jsonl(data_dir / "demonstrations.jsonl")
-        chosen = chosen_replies(data_dir / "pairs_train.jsonl") if sft_cfg.chosen_from_pairs else []
-        data = encode_demonstrations(tokenizer, rows + chosen, sft_cfg.max_length)
-        log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
-        sft_summary |= {
-            "examples": len(data.examples),
-            "demonstrations": len(rows),
-            "chosen_from_pairs": len(chosen),
-            "skipped": dict(data.skipped),
-        }
-        sft_summary |= train_sft(model, data, sft_cfg, tokenizer.pad_token_id, seed, log_step=record.log)
-        timings["sft_s"] = time.time() - t0
-    model.eval()
-    with atomic_dir(out / "model") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    t0 = time.time()
+def _sft(model, tokenizer, settings: BaseSettings, data_dir: Path, record: RunRecord) -> dict[str, Any]:
+    """Supervised fine-tuning on the demonstrations (and chosen replies, when asked); its summary."""
+    sft_settings = settings.sft
+    sft_summary: dict[str, Any] = {"enabled": sft_settings.enabled}
+    if not sft_settings.enabled:
+        return sft_summary
+    rows = read_jsonl(data_dir / "demonstrations.jsonl")
+    chosen = chosen_replies(data_dir / "pairs_train.jsonl") if sft_settings.chosen_from_pairs else []
+    data = encode_demonstrations(tokenizer, rows + chosen, sft_settings.max_length)
+    log.info("SFT on %d demonstrations (skipped %s)", len(data.examples), dict(data.skipped))
+    sft_summary |= {
+        "examples": len(data.examples),
+        "demonstrations": len(rows),
+        "chosen_from_pairs": len(chosen),
+        "skipped": dict(data.skipped),
+    }
+    return sft_summary | train_sft(
+        model, data, sft_settings, tokenizer.pad_token_id, settings.seed, log_step=record.log
+    )
+
+
+def _heldout(model, tokenizer, settings: BaseSettings, data_dir: Path, out: Path, record: RunRecord) -> dict:
+    """Held-out verifier accuracy of the finished base policy (samples to heldout_samples.jsonl)."""
     heldout_rows = read_jsonl(data_dir / "rl_prompts_heldout.jsonl")
-    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, cfg.heldout_eval, seed)
+    heldout, samples = heldout_accuracy(model, tokenizer, heldout_rows, settings.heldout_eval, settings.seed)
     write_jsonl(out / "heldout_samples.jsonl", samples)
-    timings["heldout_eval_s"] = time.time() - t0
     record.log(
         step=None,
         heldout_sampled_accuracy=heldout["sampled_accuracy"],
@@ -139,8 +134,31 @@ def build(
         )
     else:
         log.info("held-out accuracy: %s (n=%d)", heldout["not_applicable"], heldout["n"])
+    return heldout
+
+
+def build(
+    settings: BaseSettings, data_dir: Path, out: Path, record: RunRecord, pretrained: str | None = None
+) -> dict[str, Any]:
+    """Run the stage; return the summary."""
+    seed_everything(settings.seed)
+    timings: dict[str, float] = {}
+    t0 = time.time()
+    model, tokenizer, info = make_model(settings, data_dir, pretrained)
+    timings["build_s"] = time.time() - t0
+    t0 = time.time()
+    sft_summary = _sft(model, tokenizer, settings, data_dir, record)
+    if settings.sft.enabled:
+        timings["sft_s"] = time.time() - t0
+    model.eval()
+    with atomic_dir(out / "model") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    t0 = time.time()
+    heldout = _heldout(model, tokenizer, settings, data_dir, out, record)
+    timings["heldout_eval_s"] = time.time() - t0
     return {
-        "source": cfg.source,
+        "source": settings.source,
         **info,
         "model_dir": str(out / "model"),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -156,11 +174,11 @@ def build(
     }
 
 
-def run(cfg: BaseSettings, args: argparse.Namespace) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    record = RunRecord(args.out, "build_base", to_mapping(cfg))
-    record.finish(build(cfg, Path(args.data), Path(args.out), record, args.pretrained))
+def run(settings: BaseSettings, args: argparse.Namespace) -> None:
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    record = RunRecord(args.out, "build_base", to_mapping(settings))
+    record.finish(build(settings, Path(args.data), Path(args.out), record, args.pretrained))
 
 
 PATHS = {

@@ -14,8 +14,8 @@ import torch
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.data.verifier import verify
-from prefpipe.grpo.prompts import NOT_APPLICABLE, has_answers
-from prefpipe.grpo.rollout import eos_token_ids
+from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers
+from prefpipe.generation.tokens import eos_token_ids
 from prefpipe.settings.base import HeldoutEvalSettings
 
 
@@ -59,7 +59,7 @@ def generate_completions(
 
 
 def heldout_accuracy(
-    model: Any, tokenizer: Any, rows: list[dict], eval_cfg: HeldoutEvalSettings, seed: int
+    model: Any, tokenizer: Any, rows: list[dict], eval_settings: HeldoutEvalSettings, seed: int
 ) -> tuple[dict[str, Any], list[dict]]:
     """Accuracy summary (overall and per kind, with counts) and one sample row per prompt.
 
@@ -69,43 +69,20 @@ def heldout_accuracy(
         summary = {"n": len(rows), "accuracy_applicable": False, "not_applicable": NOT_APPLICABLE}
         return summary | {"sampled_accuracy": None, "greedy_accuracy": None, "per_kind": {}}, []
     prompts = [r["prompt"] for r in rows]
-    common = {"max_new_tokens": eval_cfg.max_new_tokens, "batch_size": eval_cfg.batch_size}
-    temperature = eval_cfg.temperature
+    common = {"max_new_tokens": eval_settings.max_new_tokens, "batch_size": eval_settings.batch_size}
+    temperature = eval_settings.temperature
     sampled = generate_completions(
         model,
         tokenizer,
         prompts,
         greedy=False,
         temperature=temperature,
-        top_p=eval_cfg.top_p,
+        top_p=eval_settings.top_p,
         seed=seed,
         **common,
     )
     greedy = generate_completions(model, tokenizer, prompts, greedy=True, **common)
-    samples = []
-    per_kind: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"n": 0, "sampled_correct": 0, "greedy_correct": 0}
-    )
-    for row, s, g in zip(rows, sampled, greedy, strict=True):
-        aliases = row.get("aliases") or []
-        ok_s = verify(row["kind"], row["answer"], s, aliases)
-        ok_g = verify(row["kind"], row["answer"], g, aliases)
-        counts = per_kind[row["kind"]]
-        counts["n"] += 1
-        counts["sampled_correct"] += ok_s
-        counts["greedy_correct"] += ok_g
-        samples.append(
-            {
-                "id": row["id"],
-                "kind": row["kind"],
-                "prompt": row["prompt"],
-                "answer": row["answer"],
-                "sampled": s,
-                "sampled_correct": ok_s,
-                "greedy": g,
-                "greedy_correct": ok_g,
-            }
-        )
+    samples = [_graded(row, s, g) for row, s, g in zip(rows, sampled, greedy, strict=True)]
     n = len(rows)
     n_s = sum(s["sampled_correct"] for s in samples)
     n_g = sum(s["greedy_correct"] for s in samples)
@@ -117,13 +94,41 @@ def heldout_accuracy(
         "sampled_accuracy": n_s / n if n else None,
         "greedy_correct": n_g,
         "greedy_accuracy": n_g / n if n else None,
-        "per_kind": {
-            k: {
-                **v,
-                "sampled_accuracy": v["sampled_correct"] / v["n"],
-                "greedy_accuracy": v["greedy_correct"] / v["n"],
-            }
-            for k, v in sorted(per_kind.items())
-        },
+        "per_kind": _per_kind(samples),
     }
     return summary, samples
+
+
+def _graded(row: dict, sampled: str, greedy: str) -> dict[str, Any]:
+    """One held-out sample row: both completions and whether the verifier accepts each."""
+    aliases = row.get("aliases") or []
+    return {
+        "id": row["id"],
+        "kind": row["kind"],
+        "prompt": row["prompt"],
+        "answer": row["answer"],
+        "sampled": sampled,
+        "sampled_correct": verify(row["kind"], row["answer"], sampled, aliases),
+        "greedy": greedy,
+        "greedy_correct": verify(row["kind"], row["answer"], greedy, aliases),
+    }
+
+
+def _per_kind(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Counts and accuracies per task kind (kinds sorted)."""
+    per_kind: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"n": 0, "sampled_correct": 0, "greedy_correct": 0}
+    )
+    for sample in samples:
+        counts = per_kind[sample["kind"]]
+        counts["n"] += 1
+        counts["sampled_correct"] += sample["sampled_correct"]
+        counts["greedy_correct"] += sample["greedy_correct"]
+    return {
+        k: {
+            **v,
+            "sampled_accuracy": v["sampled_correct"] / v["n"],
+            "greedy_accuracy": v["greedy_correct"] / v["n"],
+        }
+        for k, v in sorted(per_kind.items())
+    }

@@ -76,11 +76,11 @@ def import_gguf(gguf: Path, dtype_name: str, folder: Path, key: str) -> dict[str
     }
 
 
-def run(cfg: ModelImportSettings, args: argparse.Namespace) -> None:
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
+def run(settings: ModelImportSettings, args: argparse.Namespace) -> None:
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
     out = Path(args.out)
-    record = RunRecord(out, "import_model", to_mapping(cfg))
-    summary = import_gguf(Path(args.gguf), cfg.dtype, out / "model", f"models.{cfg.name}.gguf")
-    log.info("imported %s: %s, %d parameters", cfg.name, summary["architecture"], summary["parameters"])
+    record = RunRecord(out, "import_model", to_mapping(settings))
+    summary = import_gguf(Path(args.gguf), settings.dtype, out / "model", f"models.{settings.name}.gguf")
+    log.info("imported %s: %s, %d parameters", settings.name, summary["architecture"], summary["parameters"])
     record.finish(summary)

@@ -17,19 +17,19 @@ from prefpipe.settings.base import TinyLlamaSettings
 log = logging.getLogger(__name__)
 
 
-def build_tiny_llama(model_cfg: TinyLlamaSettings, tokenizer: Any, seed: int) -> LlamaForCausalLM:
+def build_tiny_llama(model_settings: TinyLlamaSettings, tokenizer: Any, seed: int) -> LlamaForCausalLM:
     """A randomly initialised LlamaForCausalLM sized by `base.model` (same seed, same weights)."""
-    if model_cfg.hidden_size % model_cfg.num_attention_heads:
+    if model_settings.hidden_size % model_settings.num_attention_heads:
         raise ConfigError("base.model.hidden_size must be divisible by base.model.num_attention_heads")
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=model_cfg.hidden_size,
-        intermediate_size=model_cfg.intermediate_size,
-        num_hidden_layers=model_cfg.num_hidden_layers,
-        num_attention_heads=model_cfg.num_attention_heads,
-        num_key_value_heads=model_cfg.num_key_value_heads or model_cfg.num_attention_heads,
-        max_position_embeddings=model_cfg.max_position_embeddings,
-        tie_word_embeddings=model_cfg.tie_word_embeddings,
+        hidden_size=model_settings.hidden_size,
+        intermediate_size=model_settings.intermediate_size,
+        num_hidden_layers=model_settings.num_hidden_layers,
+        num_attention_heads=model_settings.num_attention_heads,
+        num_key_value_heads=model_settings.num_key_value_heads or model_settings.num_attention_heads,
+        max_position_embeddings=model_settings.max_position_embeddings,
+        tie_word_embeddings=model_settings.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

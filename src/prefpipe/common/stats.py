@@ -1,8 +1,14 @@
-"""Interval estimates shared by every stage that reports an accuracy (evaluation, policy evaluation, report)."""
+"""Interval estimates shared by every stage that reports an accuracy or an effect (evaluation, ablation,
+policy evaluation, GRPO hypotheses, report): Wilson and bootstrap intervals, mean ± sd, and where an interval
+lies against zero."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -18,3 +24,53 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     lo = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends at 0 and n (no rounding residue)
     hi = 1.0 if successes == n else min(1.0, centre + half)
     return (lo, hi)
+
+
+# Where an interval lies against zero: the one rule behind every verdict (the ablation's matters / neutral /
+# hurts, the GRPO hypotheses' helps / no measurable effect / hurts, the report's "beyond its interval"). Each
+# stage keeps its own words for its output files and maps these three onto them.
+ABOVE_ZERO, STRADDLES_ZERO, BELOW_ZERO = "above", "straddles", "below"
+
+
+def interval_side(interval: Sequence[float]) -> str:
+    """ABOVE_ZERO when the whole interval is above 0, BELOW_ZERO when below, else STRADDLES_ZERO."""
+    lo, hi = interval
+    if lo > 0:
+        return ABOVE_ZERO
+    if hi < 0:
+        return BELOW_ZERO
+    return STRADDLES_ZERO
+
+
+def mean_sd(values: Sequence[float]) -> dict[str, Any]:
+    """{mean, sd (sample, None below two values), n, values}; mean None without values."""
+    n = len(values)
+    mean = sum(values) / n if n else None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 and mean is not None else None
+    return {"mean": mean, "sd": sd, "n": n, "values": list(values)}
+
+
+def percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The two-sided percentile interval of a bootstrap distribution."""
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(values, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_mean_interval(
+    values: np.ndarray, samples: int, confidence: float, seed: int
+) -> tuple[float, float]:
+    """Percentile interval of the mean of `values` (resampled with replacement; numpy default_rng(seed))."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(samples, len(values)))
+    return percentile_interval(values[idx].mean(axis=1), confidence)
+
+
+def bootstrap_diff_interval(
+    a: np.ndarray, b: np.ndarray, samples: int, confidence: float, seed: int
+) -> tuple[float, float]:
+    """Percentile interval of mean(a) - mean(b), each resampled independently (one default_rng(seed))."""
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a), size=(samples, len(a)))
+    ib = rng.integers(0, len(b), size=(samples, len(b)))
+    return percentile_interval(a[ia].mean(axis=1) - b[ib].mean(axis=1), confidence)

@@ -47,9 +47,8 @@ from prefpipe.evaluation.rewardbench2 import (
     summarize_rows,
 )
 from prefpipe.evaluation.sections import SectionTable, custom_section_table
+from prefpipe.evaluation.summary_keys import CALIBRATION, EXTRA_HEADS, HEAD_TYPE, N_PAIRS, TRUNCATION_KEY
 
-# {max_length, pairs, pairs_share, sequences: {prompt|response: n}, by_subset: {subset: pairs}} or null
-TRUNCATION_KEY = "truncation"
 PER_EXAMPLE_COLUMNS = (
     "id",
     "subset",
@@ -65,13 +64,6 @@ PER_EXAMPLE_COLUMNS = (
 
 # Speed figures of a scoring pass: the stage writes them to timing.json, not summary.json (reproducible bytes).
 TIMING_KEYS = ("pairs_per_second", "scoring_seconds")
-
-
-# Keys of a benchmark block in eval/<variant>/summary.json (the report imports them).
-N_PAIRS, HEAD_TYPE, CALIBRATION = "n_pairs", "head_type", "calibration"
-# The model's extra heads (e.g. "as_finetuned", the head before the refit): name -> their scores and ECE; their
-# per-example decisions and scores are the columns correct_<name> and score_<name>.
-EXTRA_HEADS, AS_FINETUNED = "extra_heads", "as_finetuned"
 
 
 def evaluate_rows(
@@ -129,27 +121,15 @@ def truncation_report(
     }
 
 
-def summarize_pairs(
-    model: PairScorer,
-    rows: list[dict],
-    scored: PairScores,
-    table: SectionTable,
-    n_bins: int,
-    coverages: Sequence[float],
-    mc_samples: int,
-    seed: int,
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split."""
+def _per_example(
+    rows: list[dict], scored: PairScores, prob: np.ndarray, correct: np.ndarray, table: SectionTable
+) -> pd.DataFrame:
+    """The per_example columns (PER_EXAMPLE_COLUMNS) of scored pairs."""
     prompts = [r["prompt"] for r in rows]
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
-    tau = float(model.tau)
-    logit = effective_logit(scored.score, tau, scored.variance)
-    prob = sigmoid(logit)
-    correct = np.array([is_correct(s) for s in scored.score], dtype=bool)
     subsets = [r["subset"] for r in rows]
-
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "id": [r["id"] for r in rows],
             "subset": subsets,
@@ -167,45 +147,92 @@ def summarize_pairs(
         columns=list(PER_EXAMPLE_COLUMNS),
     )
 
+
+def _extra_heads(
+    scored: PairScores,
+    frame: pd.DataFrame,
+    subsets: list[str],
+    table: SectionTable,
+    tau: float,
+    calibration: dict[str, Any],
+) -> dict[str, Any]:
+    """{extra head: its scores and ECE}; adds its score_<name> and correct_<name> columns to `frame`."""
+    out = {}
+    for name, extra in scored.extra.items():
+        hits = np.array([is_correct(s) for s in extra.score], dtype=bool)
+        frame[f"score_{name}"], frame[f"correct_{name}"] = extra.score, hits
+        logit = effective_logit(extra.score, tau, extra.variance)
+        ece = calibration_report(logit, hits, extra.variance, score=extra.score, **calibration)["ece"]
+        out[name] = {**summarize_scores(subsets, hits, table), CALIBRATION: {"ece": ece}}
+    return out
+
+
+def _variance_checks(
+    scored: PairScores,
+    correct: np.ndarray,
+    prob: np.ndarray,
+    tau: float,
+    calibration: dict[str, Any],
+    mc_samples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """For a head with a score variance: calibration of the posterior mean alone (what the variance changes),
+    and the probit approximation of P against a Monte Carlo estimate."""
+    out: dict[str, Any] = {
+        "calibration_mean_only": calibration_report(scored.score / tau, correct, None, **calibration)
+    }
+    if mc_samples > 0:
+        mc, mc_stderr = mc_expected_sigmoid(scored.score, scored.variance, tau, mc_samples, seed=seed)
+        diff = np.abs(mc - prob)
+        out["prob_mc_check"] = {
+            "samples": mc_samples,
+            "max_abs_diff": float(diff.max()),
+            "mean_abs_diff": float(diff.mean()),
+            "max_mc_stderr": float(mc_stderr.max()),
+            "note": "probit approximation vs Monte Carlo; its own worst-case error is about 0.02",
+        }
+    return out
+
+
+def summarize_pairs(
+    model: PairScorer,
+    rows: list[dict],
+    scored: PairScores,
+    table: SectionTable,
+    n_bins: int,
+    coverages: Sequence[float],
+    mc_samples: int,
+    seed: int,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split."""
+    tau = float(model.tau)
+    logit = effective_logit(scored.score, tau, scored.variance)
+    prob = sigmoid(logit)
+    correct = np.array([is_correct(s) for s in scored.score], dtype=bool)
+    subsets = [r["subset"] for r in rows]
+    frame = _per_example(rows, scored, prob, correct, table)
+    calibration = {"n_bins": n_bins, "coverages": coverages}
     summary: dict[str, Any] = {
         N_PAIRS: len(rows),
         HEAD_TYPE: getattr(model, "head_type", None),
         "tau": tau,
         **summarize_scores(subsets, correct, table),
-        **length_report(chosen, rejected, scored.score, [table.section_of(s) for s in subsets]),
-        "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
-        CALIBRATION: calibration_report(
-            logit, correct, scored.variance, n_bins=n_bins, coverages=coverages, score=scored.score
+        **length_report(
+            [r["chosen"] for r in rows],
+            [r["rejected"] for r in rows],
+            scored.score,
+            [table.section_of(s) for s in subsets],
         ),
+        "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
+        CALIBRATION: calibration_report(logit, correct, scored.variance, score=scored.score, **calibration),
         "pairs_per_second": len(rows) / scored.seconds if scored.seconds > 0 else None,
         "scoring_seconds": scored.seconds,
         "batches": scored.batches,
     }
     if scored.extra:
-        summary[EXTRA_HEADS] = {}
-    for name, extra in scored.extra.items():
-        hits = np.array([is_correct(s) for s in extra.score], dtype=bool)
-        frame[f"score_{name}"], frame[f"correct_{name}"] = extra.score, hits
-        ece = calibration_report(
-            effective_logit(extra.score, tau, extra.variance), hits, extra.variance, n_bins=n_bins,
-            coverages=coverages, score=extra.score,
-        )["ece"]  # fmt: skip
-        summary[EXTRA_HEADS][name] = {**summarize_scores(subsets, hits, table), CALIBRATION: {"ece": ece}}
+        summary[EXTRA_HEADS] = _extra_heads(scored, frame, subsets, table, tau, calibration)
     if scored.variance is not None:
-        # The same pairs scored by the posterior mean alone, to show what the variance changes.
-        summary["calibration_mean_only"] = calibration_report(
-            scored.score / tau, correct, None, n_bins=n_bins, coverages=coverages
-        )
-        if mc_samples > 0:
-            mc, mc_stderr = mc_expected_sigmoid(scored.score, scored.variance, tau, mc_samples, seed=seed)
-            diff = np.abs(mc - prob)
-            summary["prob_mc_check"] = {
-                "samples": mc_samples,
-                "max_abs_diff": float(diff.max()),
-                "mean_abs_diff": float(diff.mean()),
-                "max_mc_stderr": float(mc_stderr.max()),
-                "note": "probit approximation vs Monte Carlo; its own worst-case error is about 0.02",
-            }
+        summary |= _variance_checks(scored, correct, prob, tau, calibration, mc_samples, seed)
     return frame, summary
 
 

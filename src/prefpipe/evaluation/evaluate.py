@@ -35,7 +35,6 @@ from prefpipe.evaluation.bench_data import (
     resolve_split,
 )
 from prefpipe.evaluation.benchmark import (
-    AS_FINETUNED,
     TIMING_KEYS,
     evaluate_rewardbench2,
     evaluate_rows,
@@ -49,12 +48,11 @@ from prefpipe.evaluation.sections import (
     benchmark_table,
     is_rewardbench_subset,
 )
+from prefpipe.evaluation.summary_keys import AS_FINETUNED, BENCHMARKS, PRIMARY_BENCHMARK
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.evaluation import BenchmarkSettings, EvalSettings
 
 log = logging.getLogger("prefpipe.eval_rewardbench")
-# Top-level keys of eval/<variant>/summary.json (the report imports them).
-PRIMARY_BENCHMARK, BENCHMARKS = "primary_benchmark", "benchmarks"
 
 
 def _device(name: str) -> str:
@@ -67,64 +65,84 @@ def _device(name: str) -> str:
     return name
 
 
-def run(cfg: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
+def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     """Load the reward model in --model and evaluate it on every configured benchmark."""
     import torch
 
     from prefpipe.reward.model import load_finetuned_head, load_reward_model
 
-    seed_everything(cfg.seed)
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    device = _device(cfg.eval.device)
-    model = load_reward_model(str(args.model), device=device)
+    seed_everything(settings.seed)
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    device = _device(settings.eval.device)
+    model = load_reward_model(str(args.model), device=device, fast_paths=settings.fast_paths)
     finetuned = load_finetuned_head(args.model, model)  # the head before the refit (the ablation reads it)
     if finetuned is not None:
         model.extra_heads[AS_FINETUNED] = finetuned
     log.info(
         "loaded %s reward model (tau %.4g) from %s on %s", model.head_type, model.tau, args.model, device
     )
-    return evaluate_model(model, cfg, args.data, args.out, model_label=str(args.model), device=device)
+    return evaluate_model(model, settings, args.data, args.out, model_label=str(args.model), device=device)
+
+
+def _score_benchmark(
+    model: PairScorer,
+    settings: EvalSettings,
+    name: str,
+    benchmark: tuple[list[dict], dict[str, Any], str, SectionTable | None],
+    device: str,
+) -> tuple[pd.DataFrame, dict[str, Any], dict[str, Any]]:
+    """(per-example frame, summary, timing) of one benchmark."""
+    rows, load_report, fmt, table = benchmark
+    bench_settings = settings.eval
+    log.info("benchmark %s (%s): %d rows from %s", name, fmt, len(rows), load_report["source"])
+    scorer = evaluate_rewardbench2 if fmt == REWARDBENCH2 else evaluate_rows
+    frame, summary = scorer(
+        model,
+        rows,
+        table,
+        batch_size=bench_settings.batch_size,
+        n_bins=bench_settings.calibration_bins,
+        coverages=bench_settings.selective_coverages,
+        mc_samples=bench_settings.mc_samples,
+        seed=settings.seed,
+    )
+    summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
+    timing = {key: summary.pop(key, None) for key in TIMING_KEYS}
+    log.info(
+        "benchmark %s: overall %s, ECE %.4f, %.1f pairs/s",
+        name,
+        summary["overall"],
+        summary["calibration"]["ece"],
+        timing["pairs_per_second"] or 0.0,
+    )
+    return frame, summary, timing
 
 
 def evaluate_model(
     model: PairScorer,
-    cfg: EvalSettings,
+    settings: EvalSettings,
     data_dir: str | Path,
     out_dir: str | Path,
     model_label: str,
     device: str,
 ) -> dict[str, Any]:
     """Evaluate an already loaded model (any object with the reward-model API); write and return summaries."""
-    ecfg = cfg.eval
+    benchmarks = settings.eval.benchmarks
     out_dir = Path(out_dir)
-    order = list(cfg.benchmark_order)
-    if sorted(order) != sorted(ecfg.benchmarks):
+    order = list(settings.benchmark_order)
+    if sorted(order) != sorted(benchmarks):
         raise ConfigError(
-            f"benchmark_order {order} does not name the benchmarks of eval.benchmarks ({sorted(ecfg.benchmarks)})"
+            f"benchmark_order {order} does not name the benchmarks of eval.benchmarks ({sorted(benchmarks)})"
         )
     # Read and check every benchmark before scoring any, so bad data fails fast.
-    loaded = {name: _load(name, ecfg.benchmarks[name], cfg, data_dir) for name in order}
-    record = RunRecord(out_dir, "eval_rewardbench", to_mapping(cfg))
-
+    loaded = {name: _load(name, benchmarks[name], settings, data_dir) for name in order}
+    record = RunRecord(out_dir, "eval_rewardbench", to_mapping(settings))
     per_benchmark: dict[str, dict[str, Any]] = {}
     timing: dict[str, dict[str, Any]] = {}  # speed figures: timing.json, so summaries are reproducible bytes
     frames = []
-    for name, (rows, load_report, fmt, table) in loaded.items():
-        log.info("benchmark %s (%s): %d rows from %s", name, fmt, len(rows), load_report["source"])
-        scorer = evaluate_rewardbench2 if fmt == REWARDBENCH2 else evaluate_rows
-        frame, summary = scorer(
-            model,
-            rows,
-            table,
-            batch_size=ecfg.batch_size,
-            n_bins=ecfg.calibration_bins,
-            coverages=ecfg.selective_coverages,
-            mc_samples=ecfg.mc_samples,
-            seed=cfg.seed,
-        )
-        summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
-        timing[name] = {key: summary.pop(key, None) for key in TIMING_KEYS}
+    for name, benchmark in loaded.items():
+        frame, summary, timing[name] = _score_benchmark(model, settings, name, benchmark, device)
         write_parquet_atomic(frame, out_dir / name / "per_example.parquet")
         atomic_write_json(out_dir / name / "summary.json", redact(summary))
         frames.append(frame.assign(benchmark=name))
@@ -136,14 +154,6 @@ def evaluate_model(
             ece=summary["calibration"]["ece"],
             pairs_per_second=timing[name]["pairs_per_second"],
         )
-        log.info(
-            "benchmark %s: overall %s, ECE %.4f, %.1f pairs/s",
-            name,
-            summary["overall"],
-            summary["calibration"]["ece"],
-            timing[name]["pairs_per_second"] or 0.0,
-        )
-
     write_parquet_atomic(pd.concat(frames, ignore_index=True), out_dir / "per_example.parquet")
     primary = order[0]
     top = {
@@ -157,15 +167,15 @@ def evaluate_model(
 
 
 def _load(
-    name: str, bench: BenchmarkSettings, cfg: EvalSettings, data_dir: str | Path
+    name: str, bench: BenchmarkSettings, settings: EvalSettings, data_dir: str | Path
 ) -> tuple[list[dict], dict[str, Any], str, SectionTable | None]:
     """One benchmark's rows, load report, format and section table (None for RewardBench 2)."""
-    split = resolve_split(bench.source, bench.split, cfg.eval.split)
+    split = resolve_split(bench.source, bench.split, settings.eval.split)
     fmt = detect_format(name, bench.source, bench.format, split)
     if fmt == REWARDBENCH2:
-        rows, report = load_rewardbench2(name, bench.source, split, cfg.data.bad_rows)
+        rows, report = load_rewardbench2(name, bench.source, split, settings.data.bad_rows)
         return rows, report, fmt, None
-    rows, report = load_benchmark(name, bench.source, data_dir, split, cfg.data.bad_rows)
+    rows, report = load_benchmark(name, bench.source, data_dir, split, settings.data.bad_rows)
     sections = bench.sections
     if sections is None:  # automatic
         if bench.source == SYNTHETIC:
@@ -177,9 +187,9 @@ def _load(
     report["sections_map"] = sections if isinstance(sections, str) else ("own" if sections else "none")
     table = benchmark_table(
         sections,
-        cfg.data.sections,
-        cfg.data.cyclic_subsets,
-        xstest_weights=cfg.eval.xstest_weights,
+        settings.data.sections,
+        settings.data.cyclic_subsets,
+        xstest_weights=settings.eval.xstest_weights,
         where=f"eval.benchmarks.{name}",
     )
     return rows, report, fmt, table

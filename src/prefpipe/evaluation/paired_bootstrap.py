@@ -82,10 +82,3 @@ def resampled_scores(correct: Sequence[bool], draws: Draws, table: SectionTable)
         total_n = sum(n.values())
         out[OVERALL] = sum(n[s] * acc[s] for s in acc) / total_n
     return out
-
-
-def percentile_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The two-sided percentile interval of a bootstrap distribution."""
-    tail = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(values, [tail, 1.0 - tail])
-    return float(lo), float(hi)

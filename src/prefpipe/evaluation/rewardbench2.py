@@ -202,6 +202,21 @@ def expanded_pairs(rows: Sequence[dict], scores: OptionScores) -> tuple[list[dic
     return pairs, PairScores(np.array(values), variance, scores.seconds, scores.batches)
 
 
+def _own_section(name: str, subset: dict[str, Any]) -> dict[str, Any]:
+    """A subset reported as its own section (the shape of a RewardBench section block)."""
+    return {
+        "title": name,
+        "score": subset["accuracy"],
+        "stderr": subset["stderr"],
+        "n": subset["n"],
+        "partial": False,
+        "missing_subsets": [],
+        "subsets": [name],
+        "absent_subsets": [],
+        "weights": {name: 1.0},
+    }
+
+
 def summarize_rows(rows: Sequence[dict], scores: OptionScores) -> dict[str, Any]:
     """Subset scores (each its own section), the Ties components and the plain-mean overall."""
     by_subset: dict[str, list[int]] = defaultdict(list)
@@ -227,20 +242,7 @@ def summarize_rows(rows: Sequence[dict], scores: OptionScores) -> dict[str, Any]
             "n_correct": n_correct,
             "stderr": math.sqrt(acc * (1 - acc) / n),
         }
-    sections = {
-        name: {
-            "title": name,
-            "score": v["accuracy"],
-            "stderr": v["stderr"],
-            "n": v["n"],
-            "partial": False,
-            "missing_subsets": [],
-            "subsets": [name],
-            "absent_subsets": [],
-            "weights": {name: 1.0},
-        }
-        for name, v in subsets.items()
-    }
+    sections = {name: _own_section(name, v) for name, v in subsets.items()}
     used = [v for v in sections.values() if v["score"] is not None]
     overall = sum(v["score"] for v in used) / len(used) if used else None
     stderrs = [v["stderr"] for v in used]

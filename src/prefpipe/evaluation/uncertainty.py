@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from prefpipe.common.stats import percentile_interval
 from prefpipe.evaluation.calibration import expected_calibration_error, sigmoid
-from prefpipe.evaluation.paired_bootstrap import draw, percentile_interval
+from prefpipe.evaluation.paired_bootstrap import draw
 
 # E[f(X)], X ~ N(mu, s^2) on the logit scale (mu = m / tau, s = sd / tau), f = sigmoid or H(sigmoid): Gauss-Hermite
 # when the Gaussian is at most as wide as f's features (s <= 1); wider, the nodes step over the sigmoid's rise

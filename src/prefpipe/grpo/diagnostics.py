@@ -16,31 +16,27 @@ from typing import Any
 import torch
 
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio
+from prefpipe.grpo.metric_names import (
+    ADV_ABS_MAX,
+    ADV_ABS_MEAN,
+    KL_MAX,
+    KL_MEAN,
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    LENGTH_MIN,
+    MAX_ABS_LOG_RATIO,
+    PROMPT_TRUNCATION_RATE,
+    REWARD_MEAN,
+    REWARD_PART_FRAC_MIXED,
+    REWARD_PART_MEAN,
+    REWARD_PART_STD,
+    REWARD_STD,
+    TRUNCATED_RATIO,
+    VERIFIER_ACCURACY,
+    VERIFIER_SCORE_MEAN,
+    VERIFIER_SCORE_STD,
+)
 from prefpipe.grpo.rollout import Rollout
-
-# Metric names written to metrics.jsonl (the report imports them). `{name}`: a reward function or estimator.
-REWARD_MEAN, REWARD_STD = "reward_mean", "reward_std"
-REWARD_PART_MEAN, REWARD_PART_STD = "reward/{name}_mean", "reward/{name}_std"
-# Share of prompt groups whose values of one reward part are not all equal: with a continuous reward-model part
-# in the sum, frac_reward_zero_std is always 0, and this says whether the verifier itself carries a signal.
-REWARD_PART_FRAC_MIXED = "reward/{name}_frac_mixed"
-ADV_ABS_MEAN, ADV_ABS_MAX = "adv_abs_mean", "adv_abs_max"
-KL_MEAN, KL_MAX, MAX_ABS_LOG_RATIO = "kl_{name}_mean", "kl_{name}_max", "max_abs_log_ratio"
-LENGTH_MEAN, LENGTH_MIN, LENGTH_MAX = (
-    "completion_length_mean",
-    "completion_length_min",
-    "completion_length_max",
-)
-TRUNCATED_RATIO, PROMPT_TRUNCATION_RATE = "truncated_ratio", "prompt_truncation_rate"
-# Share of loss-carrying tokens that are PROMPT tokens: 0 with a correct mask (grpo.mask_mode: completion).
-PROMPT_LOSS_SHARE = "prompt_loss_share"
-# The verifier on every training batch whose prompts have answers, optimised or not (Gao et al.'s "gold" signal
-# beside the reward model's "proxy" score): share of completions it accepts, mean and std of its score.
-VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (
-    "verifier_accuracy",
-    "verifier_score_mean",
-    "verifier_score_std",
-)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

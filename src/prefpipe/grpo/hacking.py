@@ -20,9 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefpipe.grpo.diagnostics import REWARD_PART_MEAN, REWARD_PART_STD, VERIFIER_ACCURACY, VERIFIER_SCORE_STD
+from prefpipe.grpo.metric_names import (
+    REWARD_HACKING,  # noqa: F401 (the summary key of this block, read by the report)
+    REWARD_PART_MEAN,
+    REWARD_PART_STD,
+    VERIFIER_ACCURACY,
+    VERIFIER_SCORE_STD,
+)
 
-REWARD_HACKING = "reward_hacking"  # summary.json key of train_grpo
 WINDOW = 5
 RM_SOURCE, VERIFIER_SOURCES = "reward_model", ("verifier", "exact_match", "token_f1")
 DEFINITION = (

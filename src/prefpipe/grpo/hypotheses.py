@@ -1,4 +1,4 @@
-"""The GRPO hypothesis grid (seed 003): each run changes one factor of a baseline run; per run, the effect on
+"""The GRPO hypothesis grid: each run changes one factor of a baseline run; per run, the effect on
 held-out accuracy and on the training reward, with intervals, the diagnostics that fired and a verdict.
 
 - Accuracy effect: paired over held-out prompts. d_i = trained_correct(run, i) - trained_correct(baseline, i)
@@ -10,8 +10,8 @@ held-out accuracy and on the training reward, with intervals, the diagnostics th
   Reward definitions differ where the factor is the reward itself (H05): read that row with care.
 - Verdict (on accuracy, the question users ask): "helps" when the interval lies above 0, "hurts" when below 0,
   otherwise "no measurable effect".
-- Diagnostics: the report's checks (prefpipe.report.diagnostics, thresholds report.diagnostics) on each run's
-  metrics.jsonl, with the first step at which each fired.
+- Diagnostics: the health checks the report shows too (prefpipe.grpo.health, thresholds report.diagnostics)
+  on each run's metrics.jsonl, with the first step at which each fired.
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ import numpy as np
 import pandas as pd
 
 from prefpipe.common.config import DataError
+from prefpipe.common.stats import (
+    ABOVE_ZERO,
+    BELOW_ZERO,
+    STRADDLES_ZERO,
+    bootstrap_diff_interval,
+    bootstrap_mean_interval,
+    interval_side,
+)
+from prefpipe.grpo.health import check_run
 from prefpipe.settings.hypotheses import HypothesesSettings
 
 HELPS, HURTS, NO_EFFECT = "helps", "hurts", "no measurable effect"
@@ -31,38 +40,12 @@ VERDICT_RULE = (
 )
 
 
-def bootstrap_mean_interval(
-    values: np.ndarray, samples: int, confidence: float, seed: int
-) -> tuple[float, float]:
-    """Percentile interval of the mean of `values` (resampled with replacement)."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(samples, len(values)))
-    means = values[idx].mean(axis=1)
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
-def bootstrap_diff_interval(
-    a: np.ndarray, b: np.ndarray, samples: int, confidence: float, seed: int
-) -> tuple[float, float]:
-    """Percentile interval of mean(a) - mean(b), each resampled independently."""
-    rng = np.random.default_rng(seed)
-    ia = rng.integers(0, len(a), size=(samples, len(a)))
-    ib = rng.integers(0, len(b), size=(samples, len(b)))
-    diffs = a[ia].mean(axis=1) - b[ib].mean(axis=1)
-    alpha = 1.0 - confidence
-    lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+# The verdict from where the accuracy effect's interval lies (common.stats.interval_side).
+VERDICT_WORDS = {ABOVE_ZERO: HELPS, STRADDLES_ZERO: NO_EFFECT, BELOW_ZERO: HURTS}
 
 
 def verdict(interval: tuple[float, float]) -> str:
-    lo, hi = interval
-    if lo > 0:
-        return HELPS
-    if hi < 0:
-        return HURTS
-    return NO_EFFECT
+    return VERDICT_WORDS[interval_side(interval)]
 
 
 def paired_accuracy(
@@ -91,9 +74,7 @@ def tail_rewards(rows: list[dict], tail: int) -> np.ndarray:
 
 
 def fired(run: str, rows: list[dict], settings: HypothesesSettings) -> list[dict[str, Any]]:
-    """The report's diagnostic checks that fired on a run, with their first step."""
-    from prefpipe.report.diagnostics import check_run
-
+    """The health checks (grpo/health.py, the report's too) that fired on a run, with their first step."""
     flags = check_run(run, pd.DataFrame(rows), settings.diagnostics)
     return [
         {

@@ -19,7 +19,8 @@ ESTIMATORS = ("k1", "k2", "k3")
 def masked_log_ratio(
     logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, clamp: float | None = None
 ) -> torch.Tensor:
-    """log(pi_ref / pi) per token in fp32, exactly 0 where mask is 0, optionally clamped to [-clamp, clamp]."""
+    """log(pi_ref / pi) per token in fp32, exactly 0 where mask is 0, optionally clamped to [-clamp, clamp].
+    The one masked log-ratio: the loss's importance ratio log(pi / pi_old) is this with (old_logp, logp)."""
     log_ratio = ref_logp.float() - logp.float()
     log_ratio = torch.where(mask.bool(), log_ratio, torch.zeros_like(log_ratio))
     if clamp is not None:

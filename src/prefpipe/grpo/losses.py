@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from prefpipe.grpo.kl import per_token_kl
+from prefpipe.grpo.kl import masked_log_ratio, per_token_kl
+from prefpipe.settings.grpo import no_kl_term
 
 
 @dataclass
@@ -28,16 +29,6 @@ class BatchNorms:
     num_tokens: int
     num_micro_batches: int
     max_completion_length: int
-
-
-def masked_importance_log_ratio(
-    logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, clamp: float | None = None
-) -> torch.Tensor:
-    """log(pi / pi_old) in fp32, zero off the mask (before any exp), optionally clamped."""
-    log_ratio = torch.where(
-        mask.bool(), logp.float() - old_logp.float(), torch.zeros_like(logp, dtype=torch.float)
-    )
-    return log_ratio.clamp(-clamp, clamp) if clamp is not None else log_ratio
 
 
 def clipped_surrogate(
@@ -54,7 +45,8 @@ def clipped_surrogate(
     A token is "low-clipped" when rho < 1-eps_low with A < 0 and "high-clipped" when rho > 1+eps_high with
     A > 0: exactly the cases where the clipped term wins and the token gets no gradient.
     """
-    ratio = torch.exp(masked_importance_log_ratio(logp, old_logp, mask, clamp))
+    # log(pi / pi_old): kl.masked_log_ratio with pi in the numerator, zero off the mask before the exp
+    ratio = torch.exp(masked_log_ratio(old_logp, logp, mask, clamp))
     adv = advantages.float()[:, None]
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
@@ -129,7 +121,7 @@ def grpo_loss(
     surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
     per_token = surrogate
     kl_loss = None
-    if beta != 0.0:
+    if not no_kl_term(beta):
         if ref_logp is None:
             raise ValueError("grpo.beta != 0 needs reference log-probs")
         kl = per_token_kl(logp, ref_logp, mask, kl_estimator, log_ratio_clamp)

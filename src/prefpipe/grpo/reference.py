@@ -1,7 +1,8 @@
 """The reference policy pi_ref for the KL penalty (and for reference completions, when a reward needs them).
 
 Which reference is right depends on how training starts (getting this wrong is a classic silent bug):
-  beta == 0 and no reference completions   no reference at all: no copy, no forward pass
+  no KL term (settings.grpo.no_kl_term:    no reference at all: no copy, no forward pass
+  beta = 0) and no reference completions
   fresh LoRA adapter on a plain model      the same module with the adapter disabled (`disable_adapter()`):
                                            exactly the starting policy, at no memory cost
   already-trained (e.g. SFT) adapter       a frozen copy of that adapter + base: disabling it would measure KL
@@ -65,7 +66,7 @@ class ReferencePolicy:
 
     @torch.no_grad()
     def span_logprobs(self, span, temperature: float) -> torch.Tensor:
-        """(k, C) log-probs of a micro-batch (`grpo.packing`: packed or shared-prompt layout) under pi_ref."""
+        """(k, C) log-probs of a micro-batch (`grpo/spans.py` plain_span, or `grpo/fast/packing.py`) under pi_ref."""
         with self.active() as model:
             return span.logprobs(model, temperature)[0]
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from prefpipe.common.chat import format_prompt, has_chat_template
+from prefpipe.generation.tokens import PromptBatch, eos_token_ids, pad_token_id, tokenize_prompts
+from prefpipe.grpo.fast.decode import decode_compact
 from prefpipe.grpo.sampling import decode
 
 
@@ -27,13 +28,7 @@ class GenerationSettings:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off, so sampling follows the temperature-scaled distribution exactly
     do_sample: bool = True
-
-
-@dataclass
-class PromptBatch:
-    input_ids: torch.Tensor  # (N, P) left padded
-    attention_mask: torch.Tensor  # (N, P)
-    truncated: torch.Tensor  # (N,) bool: prompt was cut to max_prompt_length
+    fast: bool = True  # the run's fast_paths: grpo/fast/decode.py, else the plain loop of grpo/sampling.py
 
 
 @dataclass
@@ -62,45 +57,6 @@ class Rollout:
     @property
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(dim=1)
-
-
-def eos_token_ids(tokenizer, model=None) -> list[int]:
-    """Every id that ends a completion: the tokenizer's EOS plus the model's generation_config EOS ids."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen_cfg = getattr(model, "generation_config", None)
-    extra = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif extra is not None:
-        ids.update(int(i) for i in extra)
-    if not ids:
-        raise ValueError("the tokenizer has no eos_token and the model no generation_config.eos_token_id")
-    return sorted(ids)
-
-
-def pad_token_id(tokenizer) -> int:
-    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
-
-
-def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_length: int | None) -> PromptBatch:
-    """format_prompt each prompt, tokenize, cut from the left to max_prompt_length, left-pad."""
-    texts = [format_prompt(tokenizer, p) for p in prompts]
-    # a chat template already writes BOS and friends; the plain layout relies on the tokenizer adding them
-    encoded = tokenizer(texts, add_special_tokens=not has_chat_template(tokenizer))["input_ids"]
-    truncated = [max_prompt_length is not None and len(ids) > max_prompt_length for ids in encoded]
-    if max_prompt_length is not None:
-        encoded = [ids[-max_prompt_length:] for ids in encoded]
-    width = max(len(ids) for ids in encoded)
-    pad = pad_token_id(tokenizer)
-    input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, ids in enumerate(encoded):
-        if ids:
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
-    return PromptBatch(input_ids, attention, torch.tensor(truncated, dtype=torch.bool))
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,8 +90,9 @@ def generate(
 ) -> Rollout:
     """Sample group_size completions for each prompt (eval mode, no grad; training mode restored after).
 
-    Runs prefpipe.grpo.sampling.decode (prompt prefilled once per group, finished rows dropped). `uniforms`
-    (N, max_new_tokens) fixes the samples; None draws them from torch's global generator."""
+    Runs grpo/fast/decode.py (finished rows dropped) with settings.fast, else the plain loop of grpo/sampling.py
+    (the same tokens); the prompt is prefilled once per group either way. `uniforms` (N, max_new_tokens) fixes
+    the samples; None draws them from torch's global generator."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
     n = batch.input_ids.shape[0] * group_size
@@ -145,7 +102,7 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        completion_ids = decode(
+        completion_ids = (decode_compact if settings.fast else decode)(
             model,
             batch.input_ids.to(device),
             batch.attention_mask.to(device),
@@ -186,8 +143,8 @@ def generate_hf(
     settings: GenerationSettings,
     max_prompt_length: int | None = None,
 ) -> Rollout:
-    """The plain path: `model.generate` over all G copies of each prompt (kept for equivalence tests and
-    benchmarks; `generate` is the fast path)."""
+    """`model.generate` over all G copies of each prompt: the transformers reference the decode loops are
+    checked against (greedy: the same tokens; kept for equivalence tests and benchmarks)."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
     prompt_ids = batch.input_ids.repeat_interleave(group_size, dim=0).to(device)

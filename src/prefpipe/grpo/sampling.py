@@ -1,24 +1,19 @@
-"""A lean decode loop for rollouts: each prompt is prefilled once (not G times), finished rows leave the batch,
-and every token is drawn by inverse-CDF sampling from one pre-drawn uniform per (row, step).
+"""Token choice and the plain decode loop of a rollout (the reference path; grpo/fast/decode.py is the fast one).
 
-Why not `model.generate`:
-- `generate` keeps decoding rows that already emitted EOS (a profile found 76% of decode steps spent on them)
-  and runs a stack of logits processors per step; here the KV cache is compacted to the unfinished rows;
-- the prompt is the same for all G completions of a group, so its forward runs once and the cache is repeated;
-- the token of row i at step t depends only on the logits of row i and `uniforms[i, t]` (the smallest index
-  whose cumulative probability reaches u), never on which other rows are in the batch. So compaction does not
-  change the samples, and a process that generates a slice of the batch (data-parallel GRPO) draws exactly the
-  tokens a single process would draw for those rows.
-Greedy decoding (uniforms None) takes the argmax, as `generate` does; tests check both against `generate`.
-For Llama-architecture policies the decode steps after the prefill run through `LeanLlama` (preallocated
-cache, no per-step framework work; `grpo/lean_decode.py`), others through the model's forward.
+Every token is drawn by inverse-CDF sampling from one pre-drawn uniform per (row, step): the token of row i at
+step t depends only on the logits of row i and `uniforms[i, t]` (the smallest index whose cumulative probability
+reaches u), never on which other rows are in the batch. So the fast loop, which drops finished rows, draws the
+same tokens, and a process that generates a slice of the batch (data-parallel GRPO) draws exactly the tokens a
+single process would draw for those rows. Greedy decoding (uniforms None) takes the argmax, as `generate` does.
+
+The plain loop prefills each prompt once and repeats its cache G times (causal attention makes the G copies
+identical), then keeps every row in the batch until all have finished, stepping through the model's forward.
 """
 
 from __future__ import annotations
 
 import torch
 
-from prefpipe.grpo.lean_decode import LeanLlama
 from prefpipe.grpo.logprobs import position_ids_from_mask
 
 
@@ -56,33 +51,17 @@ def pick_tokens(
     return inverse_cdf_sample(torch.softmax(logits, dim=-1), u)
 
 
-@torch.no_grad()
-def decode(
-    model: torch.nn.Module,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    group_size: int,
-    max_new_tokens: int,
-    eos_ids: list[int],
-    pad_id: int,
-    uniforms: torch.Tensor | None,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    compact: bool = True,
-    lean: bool = True,
-) -> torch.Tensor:
-    """(P * group_size, C) completion ids for P left-padded prompts, prompt-major (rows p*G .. p*G+G-1 belong to
-    prompt p); pad after each row's first EOS; C = the longest completion (at most max_new_tokens).
-    `uniforms` (P*G, max_new_tokens) in [0, 1) drives sampling; None = greedy. compact=False keeps finished
-    rows in the batch (the plain loop, for tests); lean=False decodes through the model's forward even where
-    `LeanLlama` applies (tests compare the two)."""
-    device = prompt_ids.device
+def pad_buffer(prompt_ids: torch.Tensor, group_size: int, max_new_tokens: int, pad_id: int) -> torch.Tensor:
+    """(P * group_size, max_new_tokens) pad ids: the completions of a decode loop before it writes them."""
     n = prompt_ids.shape[0] * group_size
-    out = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    if max_new_tokens < 1 or n == 0:
-        return out[:, :0]
-    eos = torch.tensor(eos_ids, device=device)
+    return torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
+
+
+def prefill(
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int
+) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(KV cache, next-token logits, attention mask, next positions) of the P prompts, each repeated G times
+    (prompt-major: rows p*G .. p*G+G-1 continue prompt p) after one forward per prompt."""
     position = position_ids_from_mask(prompt_mask)
     first = model(
         input_ids=prompt_ids,
@@ -97,48 +76,57 @@ def decode(
     logits = first.logits[:, -1, :].repeat_interleave(group_size, dim=0)
     attn = prompt_mask.repeat_interleave(group_size, dim=0)
     next_pos = (position[:, -1] + 1).repeat_interleave(group_size)
-    fast = LeanLlama.build(model, max_new_tokens) if lean else None
-    if fast is not None:
-        fast.start(cache, attn, next_pos, max_new_tokens)
-    rows = torch.arange(n, device=device)  # batch slot -> output row
+    return cache, logits, attn, next_pos
+
+
+def forward_step(
+    model: torch.nn.Module, token: torch.Tensor, attn: torch.Tensor, next_pos: torch.Tensor, cache: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, object]:
+    """One token per row through the model's forward: (next logits, attention mask, next positions, cache)."""
+    attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)
+    out = model(
+        input_ids=token.unsqueeze(-1),
+        attention_mask=attn,
+        position_ids=next_pos.unsqueeze(-1),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[:, -1, :], attn, next_pos + 1, out.past_key_values
+
+
+@torch.no_grad()
+def decode(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    group_size: int,
+    max_new_tokens: int,
+    eos_ids: list[int],
+    pad_id: int,
+    uniforms: torch.Tensor | None,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+) -> torch.Tensor:
+    """(P * group_size, C) completion ids for P left-padded prompts, prompt-major (rows p*G .. p*G+G-1 belong to
+    prompt p); pad after each row's first EOS; C = the longest completion (at most max_new_tokens).
+    `uniforms` (P*G, max_new_tokens) in [0, 1) drives sampling; None = greedy."""
+    out = pad_buffer(prompt_ids, group_size, max_new_tokens, pad_id)
+    n, device = out.shape[0], out.device
+    if max_new_tokens < 1 or n == 0:
+        return out[:, :0]
+    eos = torch.tensor(eos_ids, device=device)
+    cache, logits, attn, next_pos = prefill(model, prompt_ids, prompt_mask, group_size)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
-        u = None if uniforms is None else uniforms[rows, t]
+        u = None if uniforms is None else uniforms[:, t]
         token = pick_tokens(logits, u, temperature, top_k, top_p)
-        if not compact:
-            token = torch.where(done, torch.full_like(token, pad_id), token)
-        out[rows, t] = token
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        out[:, t] = token
         steps = t + 1
-        finished = torch.isin(token, eos)
-        if compact:
-            keep = (~finished).nonzero().squeeze(-1)
-            if keep.numel() == 0:
-                break
-            if keep.numel() < rows.numel():
-                if fast is not None:
-                    fast.select(keep)
-                else:
-                    cache.batch_select_indices(keep)
-                rows, token, attn, next_pos = rows[keep], token[keep], attn[keep], next_pos[keep]
-        else:
-            done = done | finished
-            if bool(done.all()):
-                break
-        if t + 1 == max_new_tokens:
+        done = done | torch.isin(token, eos)
+        if bool(done.all()) or t + 1 == max_new_tokens:
             break
-        if fast is not None:
-            logits = fast.step(token)
-            continue
-        attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)
-        step_out = model(
-            input_ids=token.unsqueeze(-1),
-            attention_mask=attn,
-            position_ids=next_pos.unsqueeze(-1),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache = step_out.past_key_values
-        logits = step_out.logits[:, -1, :]
-        next_pos = next_pos + 1
+        logits, attn, next_pos, cache = forward_step(model, token, attn, next_pos, cache)
     return out[:, :steps]

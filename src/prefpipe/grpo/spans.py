@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.rollout import Rollout
 
 MASK_MODES = ("completion", "with_prompt")
@@ -73,3 +74,35 @@ def loss_spans(rollout: Rollout, mask_mode: str, mask_truncated: bool, micro_bat
         if int(mask.sum()) > 0:
             spans.append(Span(rows, prompt_width + c, prompt_width - 1 + c, c, mask))
     return spans
+
+
+@dataclass
+class PackedSpan:
+    span: Span
+    rows: torch.Tensor  # (k,) rollout rows kept (each has a loss token)
+    input_ids: torch.Tensor  # (k, W) right-aligned, left padded
+    attention_mask: torch.Tensor  # (k, W)
+    mask: torch.Tensor  # (k, C) loss mask in the span's layout
+    index: torch.Tensor  # (k, C) scored position of completion token j
+    n_scored: int  # C
+
+    def align(self, values: torch.Tensor) -> torch.Tensor:
+        """(k, C) values at scored positions -> completion token j in column j (gradient flows)."""
+        return values.gather(1, self.index)
+
+    def logprobs(
+        self, model: torch.nn.Module, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(k, C) log-probs (and entropy) of the span's scored tokens in the span's layout."""
+        logp, ent = completion_logprobs(
+            model, self.input_ids, self.attention_mask, self.n_scored, temperature, with_entropy=with_entropy
+        )
+        return self.align(logp), (self.align(ent) if ent is not None else None)
+
+
+def plain_span(rollout: Rollout, span: Span) -> PackedSpan:
+    """A span in the padded layout, behind the same interface (with_prompt spans; tests' reference path)."""
+    input_ids, attention_mask = span.inputs(rollout)
+    rows = torch.arange(span.rows.start, span.rows.stop, device=input_ids.device)
+    index = torch.arange(span.n_scored, device=input_ids.device).expand(rows.numel(), -1)
+    return PackedSpan(span, rows, input_ids, attention_mask, span.mask, index.contiguous(), span.n_scored)

@@ -20,9 +20,9 @@ from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
+from prefpipe.generation.rl_prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_io import load_policy, save_policy
-from prefpipe.grpo.prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.rewards import answer_reward_keys, build_rewards
 from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer
@@ -32,46 +32,52 @@ from prefpipe.settings.grpo import GrpoSettings
 log = logging.getLogger("prefpipe.train_grpo")
 
 
-def run(cfg: GrpoSettings, args: argparse.Namespace) -> None:
-    if cfg.uses_reward_model() and not args.reward_model:
-        raise ConfigError(f"grpo run {cfg.run!r} has a reward_model reward but no --reward-model was given")
-    if cfg.torch_threads:
-        torch.set_num_threads(cfg.torch_threads)
-    seed_everything(cfg.seed)
-    summary = train(cfg, args)
+def run(settings: GrpoSettings, args: argparse.Namespace) -> None:
+    if settings.uses_reward_model() and not args.reward_model:
+        raise ConfigError(
+            f"grpo run {settings.run!r} has a reward_model reward but no --reward-model was given"
+        )
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    seed_everything(settings.seed)
+    summary = train(settings, args)
     log.info("done: %d steps, %.2f s/step", summary["steps"], summary["seconds_per_step"] or 0.0)
 
 
-def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
+def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     out = Path(args.out)
     rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_train.jsonl")
-    needs_answers = answer_reward_keys(cfg.rewards)
+    needs_answers = answer_reward_keys(settings.rewards)
     if needs_answers and not has_answers(rows):
         raise ConfigError(
-            f"{', '.join(needs_answers)} of run {cfg.run!r} needs prompt answers, but the RL prompts have none "
+            f"{', '.join(needs_answers)} of run {settings.run!r} needs prompt answers, but the RL prompts have none "
             "(data.prompts.verifier: none): use reward_model (or format) rewards only"
         )
     dp = DataParallel()  # under `accelerate launch`: one process per GPU (or gloo processes on CPU)
-    policy, tokenizer, lora_state = load_policy(args.policy, cfg.lora, cfg.dtype, dp.device(cfg.device))
+    policy, tokenizer, lora_state = load_policy(
+        args.policy, settings.lora, settings.dtype, dp.device(settings.device)
+    )
     reward_model = None
-    if cfg.uses_reward_model():
+    if settings.uses_reward_model():
         from prefpipe.reward.model import load_reward_model
 
-        reward_model = load_reward_model(args.reward_model, device=str(next(policy.parameters()).device))
-    rewards = build_rewards(cfg.rewards, reward_model)
+        reward_model = load_reward_model(
+            args.reward_model, device=str(next(policy.parameters()).device), fast_paths=settings.fast_paths
+        )
+    rewards = build_rewards(settings.rewards, reward_model)
 
-    cfg_dict = to_mapping(cfg)
+    cfg_dict = to_mapping(settings)
     run_fp = run_fingerprint(
         cfg_dict,
         {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", cfg_dict) if dp.is_main else None
-    trainer = GRPOTrainer(cfg, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp, dp)
+    trainer = GRPOTrainer(settings, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp, dp)
     trainer.policy_source = str(args.policy)
     log.info(
         "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
-        cfg.run,
+        settings.run,
         len(rows),
         skipped or "none",
         args.policy,
@@ -83,17 +89,17 @@ def train(cfg: GrpoSettings, args: argparse.Namespace) -> dict:
     if not dp.is_main:
         dp.close()
         return summary
-    save_policy(policy, tokenizer, out / "policy", merge_lora=cfg.save_merged)
-    if not cfg.keep_checkpoint and trainer.checkpoint_dir.exists():
+    save_policy(policy, tokenizer, out / "policy", merge_lora=settings.save_merged)
+    if not settings.keep_checkpoint and trainer.checkpoint_dir.exists():
         shutil.rmtree(trainer.checkpoint_dir)
     summary.update(
         {
-            "run": cfg.run,
+            "run": settings.run,
             "prompts": len(rows),
             "skipped_rows": skipped,
             "policy_dir": "policy",
             "reward_model": args.reward_model,
-            "reward_model_variant": cfg.reward_model,
+            "reward_model_variant": settings.reward_model,
         }
     )
     record.finish(summary)

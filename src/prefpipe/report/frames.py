@@ -10,10 +10,8 @@ from typing import Any
 import pandas as pd
 
 from prefpipe.evaluation import accuracy_summary as acc
-from prefpipe.evaluation.benchmark import HEAD_TYPE, N_PAIRS
-from prefpipe.evaluation.evaluate import BENCHMARKS, PRIMARY_BENCHMARK
-from prefpipe.grpo import evaluate_policy as pe
-from prefpipe.grpo import policy_eval
+from prefpipe.evaluation.summary_keys import BENCHMARKS, HEAD_TYPE, N_PAIRS, PRIMARY_BENCHMARK
+from prefpipe.grpo import metric_names as gm
 from prefpipe.report.inputs import Tree
 from prefpipe.report.stats import as_float, interval
 
@@ -63,26 +61,26 @@ def policy(tree: Tree) -> pd.DataFrame:
     rows = []
     for run in tree.names("policy_eval"):
         summary = tree.summary("policy_eval", run) or {}
-        primary = summary.get(pe.DECODING)
-        decodings = summary.get(pe.DECODINGS_KEY)
+        primary = summary.get(gm.DECODING)
+        decodings = summary.get(gm.DECODINGS_KEY)
         if not isinstance(decodings, dict):
             decodings = {primary or "primary": summary}
         for decoding, block in decodings.items():
             for side in ("base", "trained"):
                 side_block = block.get(side) if isinstance(block, dict) else None
-                if not isinstance(side_block, dict) or as_float(side_block.get(policy_eval.ACCURACY)) is None:
+                if not isinstance(side_block, dict) or as_float(side_block.get(gm.ACCURACY)) is None:
                     continue
-                ci = interval(side_block, policy_eval.ACCURACY) or (None, None)
+                ci = interval(side_block, gm.ACCURACY) or (None, None)
                 rows.append(
                     {
                         "run": run,
                         "decoding": decoding,
                         "primary": decoding == primary,
                         "side": side,
-                        "accuracy": side_block[policy_eval.ACCURACY],
+                        "accuracy": side_block[gm.ACCURACY],
                         "lo": ci[0],
                         "hi": ci[1],
-                        "n": side_block.get(policy_eval.N),
+                        "n": side_block.get(gm.N),
                     }
                 )
     return pd.DataFrame(rows, columns=POLICY_COLUMNS)

@@ -111,18 +111,18 @@ class Tree:
     def experiment(self) -> str:
         for kind in self.records:
             for name in self.records[kind]:
-                cfg = self.config(kind, name)
-                if cfg and isinstance(cfg.get("experiment"), str):
-                    return cfg["experiment"]
+                config = self.config(kind, name)
+                if config and isinstance(config.get("experiment"), str):
+                    return config["experiment"]
         return self.name
 
     @property
     def seed(self) -> int | None:
         for kind in self.records:
             for name in self.records[kind]:
-                cfg = self.config(kind, name)
-                if cfg and isinstance(cfg.get("seed"), int):
-                    return cfg["seed"]
+                config = self.config(kind, name)
+                if config and isinstance(config.get("seed"), int):
+                    return config["seed"]
         return None
 
 

@@ -8,12 +8,11 @@ and the three-seed command's summary file (prefpipe.seed_summary) both come from
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-from prefpipe.evaluation.ablation import ROWS
-from prefpipe.evaluation.benchmark import AS_FINETUNED, CALIBRATION, EXTRA_HEADS
+from prefpipe.common.stats import mean_sd
+from prefpipe.evaluation.summary_keys import AS_FINETUNED, CALIBRATION, EXTRA_HEADS, ROWS
 from prefpipe.report import frames
 from prefpipe.report.inputs import Tree
 from prefpipe.report.stats import as_float
@@ -51,14 +50,6 @@ def tree_figures(tree: Tree, bench: str | None) -> dict[tuple[str, str], float]:
                 if effect is not None:
                     out[("ablation", f"{row['fix']} {row['kind']}{suffix}")] = effect
     return out
-
-
-def mean_sd(values: Sequence[float]) -> dict[str, Any]:
-    """{mean, sd (sample, None below two values), n, values}."""
-    n = len(values)
-    mean = sum(values) / n if n else None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 and mean is not None else None
-    return {"mean": mean, "sd": sd, "n": n, "values": list(values)}
 
 
 def across(trees: Sequence[Tree], bench: str | None) -> dict[tuple[str, str], dict[str, Any]]:

@@ -86,15 +86,3 @@ def num(value: Any, digits: int = 4) -> str:
     if abs(v) >= 1e6 or abs(v) < 1e-3:
         return f"{v:.{digits - 2}e}"
     return f"{v:.{digits}g}"
-
-
-def mean_sd(values: Sequence[float]) -> str:
-    """'78.5 ± 1.2 (n=3)' in percent: mean ± sample sd over seeds/trees (sd needs two)."""
-    values = [v for v in values if finite(v)]
-    if not values:
-        return NA
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{100 * mean:.1f} (n=1)"
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return f"{100 * mean:.1f} ± {100 * sd:.1f} (n={len(values)})"

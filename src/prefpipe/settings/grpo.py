@@ -9,6 +9,12 @@ from typing import Any
 from prefpipe.settings.run import RunSettings
 
 
+def no_kl_term(beta: float | None) -> bool:
+    """beta = 0 turns the KL penalty off: the loss needs no reference log-probs and no KL metric is logged (the
+    one place that says so; None, a beta not recorded, is not 0)."""
+    return beta == 0
+
+
 @dataclass
 class GrpoLoraSettings:
     enabled: bool
@@ -72,6 +78,11 @@ class GrpoSettings(RunSettings):
     device: str
     dtype: str
     eval: PolicyEvalSettings
+
+    @property
+    def kl_to_reference(self) -> bool:
+        """The loss has a KL term to the reference policy (beta != 0), so it needs the reference's log-probs."""
+        return not no_kl_term(self.beta)
 
     def uses_reward_model(self) -> bool:
         return any(spec["type"] == "reward_model" for spec in self.rewards)

@@ -9,9 +9,18 @@ from typing import Any
 
 import pandas as pd
 
-from prefpipe.evaluation.ablation import HURTS, ITEM_TITLES, MATTERS, MOST_IMPORTANT, NEUTRAL, ROWS, VARIANTS
+from prefpipe.common.stats import STRADDLES_ZERO, interval_side
 from prefpipe.evaluation.accuracy_summary import OVERALL
-from prefpipe.evaluation.benchmark import AS_FINETUNED
+from prefpipe.evaluation.summary_keys import (
+    AS_FINETUNED,
+    HURTS,
+    ITEM_TITLES,
+    MATTERS,
+    MOST_IMPORTANT,
+    NEUTRAL,
+    ROWS,
+    VARIANTS,
+)
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
@@ -22,9 +31,9 @@ VERDICTS = {MATTERS: "matters", NEUTRAL: "no clear effect", HURTS: "hurts"}
 TITLE, ANCHOR = "Bayesian GPM ablation", "ablation"
 
 
-def _flat(cfg: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str, Any]:
+def _flat(config: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, value in cfg.items():
+    for key, value in config.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key in ignore or path in ignore:
             continue
@@ -33,11 +42,11 @@ def _flat(cfg: dict[str, Any], ignore: list[str], prefix: str = "") -> dict[str,
 
 
 def _settings(ctx: Context, variant: str) -> dict[str, Any] | None:
-    cfg = ctx.tree.config("reward", variant)
-    if cfg is None:
+    config = ctx.tree.config("reward", variant)
+    if config is None:
         return None
-    cfg = cfg.get("resolved", cfg) if isinstance(cfg.get("resolved"), dict) else cfg
-    return _flat(cfg, ctx.settings.ablation.ignore_keys)
+    config = config.get("resolved", config) if isinstance(config.get("resolved"), dict) else config
+    return _flat(config, ctx.settings.ablation.ignore_keys)
 
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -46,14 +55,23 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def order(ctx: Context) -> tuple[list[str], str | None]:
-    """Ablation variants (broken first, the fixed reference last) and the broken one."""
+    """Ablation variants (broken first, the fixed reference last) and the broken one.
+
+    The reference and the broken variant are the ablation stage's (results/ablation/summary.json records the
+    `ablation.reference` and `ablation.broken` it used) when it ran; only without it does the report fall back
+    to report.ablation.reference and the variant farthest from it in settings."""
     ab = ctx.settings.ablation
+    paired = _paired(ctx)
+    reference = paired["reference"] if paired is not None else ab.reference
     names = [v for v in ctx.variants if any(fnmatch.fnmatchcase(v, p) for p in ab.variants)]
-    ref = _settings(ctx, ab.reference)
+    ref = _settings(ctx, reference)
     if ref is None:
         return names, None
     dist = {v: len(diff(s, ref)) if (s := _settings(ctx, v)) is not None else -1 for v in names}
-    ordered = sorted(names, key=lambda v: (v == ab.reference, -dist[v], v))
+    ordered = sorted(names, key=lambda v: (v == reference, -dist[v], v))
+    if paired is not None and paired["broken"] in names:
+        ordered.remove(paired["broken"])
+        return [paired["broken"], *ordered], paired["broken"]
     broken = ordered[0] if ordered and dist[ordered[0]] > 0 else None
     return ordered, broken
 
@@ -191,7 +209,7 @@ def claims(ctx: Context) -> list[Claim]:
         if change is None:
             continue
         text = f"{v} {pts(*change)}"
-        (matter if change[1][0] > 0 or change[1][1] < 0 else unclear).append(text)
+        (unclear if interval_side(change[1]) == STRADDLES_ZERO else matter).append(text)
     text = f"Bayesian fixes vs {broken} ({pct(b['score'], (b['lo'], b['hi']))} overall on {ctx.bench}): "
     text += (
         ("changes beyond the interval: " + "; ".join(matter)) if matter else "no change beyond its interval"
@@ -206,17 +224,17 @@ def build(ctx: Context) -> Section | None:
         return None
     ab = ctx.settings.ablation
     rows, ests = [], []
-    broken_cfg = _settings(ctx, broken) if broken else None
+    broken_config = _settings(ctx, broken) if broken else None
     for v in [*ordered, *[b for b in ab.baselines if b in ctx.variants]]:
-        cfg = _settings(ctx, v)
+        config = _settings(ctx, v)
         if v in ab.baselines:
             what = "baseline (not Bayesian)"
         elif v == broken:
             what = "broken: every fix off"
-        elif cfg is None or broken_cfg is None:
+        elif config is None or broken_config is None:
             what = NA
         else:
-            what = "; ".join(diff(cfg, broken_cfg)) or "same settings as broken"
+            what = "; ".join(diff(config, broken_config)) or "same settings as broken"
         over = _overall(ctx, v)
         change = _change(ctx, v, broken) if broken and v != broken else None
         rows.append(

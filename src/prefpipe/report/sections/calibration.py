@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prefpipe.evaluation.benchmark import CALIBRATION
 from prefpipe.evaluation.calibration import ECE, RELIABILITY, SELECTIVE
+from prefpipe.evaluation.summary_keys import CALIBRATION
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context

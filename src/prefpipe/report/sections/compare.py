@@ -3,13 +3,31 @@ the experiment each tree records."""
 
 from __future__ import annotations
 
+from prefpipe.common.stats import mean_sd
 from prefpipe.report import frames, seed_stats
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
-from prefpipe.report.stats import mean_sd
+from prefpipe.report.stats import finite
 
 TITLE, ANCHOR = "Across seeds and experiments", "compare"
 ITEMS = {frames.OVERALL: "Overall", **frames.SECTION_TITLES, frames.CYCLIC: "Cyclic", "ece": "ECE"}
+
+
+def _policy_rows(ctx: Context, exp: str, members: list) -> list[list[str]]:
+    """Per GRPO run: the primary decoding's held-out accuracy of base and trained, mean ± sd over the trees."""
+    policies = [frames.policy(t) for t in members]
+    rows = []
+    for run in ctx.runs:
+        cells = []
+        for side in ("base", "trained"):
+            vals = [
+                float(p[(p["run"] == run) & p["primary"] & (p["side"] == side)]["accuracy"].iloc[0])
+                for p in policies
+                if ((p["run"] == run) & p["primary"] & (p["side"] == side)).any()
+            ]
+            cells.append(seed_stats.cell(mean_sd([v for v in vals if finite(v)])))
+        rows.append([exp, run, str(len(members)), *cells])
+    return rows
 
 
 def build(ctx: Context) -> Section | None:
@@ -29,17 +47,7 @@ def build(ctx: Context) -> Section | None:
             if owner == "ablation":
                 fix, kind = item.split(" ", 1)
                 ablation_rows.append([exp, fix, kind, seed_stats.cell(stat, signed=True)])
-        policies = [frames.policy(t) for t in members]
-        for run in ctx.runs:
-            cells = []
-            for side in ("base", "trained"):
-                vals = [
-                    float(p[(p["run"] == run) & p["primary"] & (p["side"] == side)]["accuracy"].iloc[0])
-                    for p in policies
-                    if ((p["run"] == run) & p["primary"] & (p["side"] == side)).any()
-                ]
-                cells.append(mean_sd(vals))
-            policy_rows.append([exp, run, str(len(members)), *cells])
+        policy_rows += _policy_rows(ctx, exp, members)
     note = (
         "Mean ± sample standard deviation over the trees of each experiment (n = trees with a value), in % "
         "(ECE too)."

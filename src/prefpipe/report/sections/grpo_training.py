@@ -3,10 +3,9 @@ step where each fires."""
 
 from __future__ import annotations
 
-from prefpipe.grpo import diagnostics as gd
-from prefpipe.grpo import trainer as gt
+from prefpipe.grpo import metric_names as gm
+from prefpipe.grpo.health import diagnose, explain_unrecorded
 from prefpipe.report import frames
-from prefpipe.report.diagnostics import diagnose, explain_unrecorded
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.sections.calibration import groups
@@ -15,20 +14,20 @@ from prefpipe.report.stats import NA, num
 
 TITLE, ANCHOR = "GRPO training", "grpo-training"
 PANELS = (
-    (gd.REWARD_MEAN, "Total reward (mean)", False),
-    (gd.KL_MEAN.format(name="k3"), "KL to reference, k3 mean per token", False),
-    (gd.MAX_ABS_LOG_RATIO, "Max |log-ratio| (nats)", False),
-    (gt.ENTROPY, "Entropy (nats/token)", False),
-    (gd.LENGTH_MEAN, "Completion length (mean tokens)", False),
-    (gd.TRUNCATED_RATIO, "Truncated completions", False),
-    (gt.FRAC_REWARD_ZERO_STD, "Groups with zero reward spread", False),
-    (gt.GRAD_NORM, "Grad norm before clipping", False),
-    (gt.CLIP_RATIO_REGION, "Clipped token ratio", False),
+    (gm.REWARD_MEAN, "Total reward (mean)", False),
+    (gm.KL_MEAN.format(name="k3"), "KL to reference, k3 mean per token", False),
+    (gm.MAX_ABS_LOG_RATIO, "Max |log-ratio| (nats)", False),
+    (gm.ENTROPY, "Entropy (nats/token)", False),
+    (gm.LENGTH_MEAN, "Completion length (mean tokens)", False),
+    (gm.TRUNCATED_RATIO, "Truncated completions", False),
+    (gm.FRAC_REWARD_ZERO_STD, "Groups with zero reward spread", False),
+    (gm.GRAD_NORM, "Grad norm before clipping", False),
+    (gm.CLIP_RATIO_REGION, "Clipped token ratio", False),
 )
 
 
-def _sources(cfg: dict) -> str:
-    specs = cfg.get("rewards") or []
+def _sources(config: dict) -> str:
+    specs = config.get("rewards") or []
     return ", ".join(f"{s.get('type')} x{s.get('weight')}" for s in specs if isinstance(s, dict)) or NA
 
 
@@ -38,14 +37,14 @@ def build(ctx: Context) -> Section | None:
         return None
     rows = []
     for run in ctx.runs:
-        cfg = ctx.tree.config("grpo", run) or {}
+        config = ctx.tree.config("grpo", run) or {}
         summary = ctx.tree.summary("grpo", run) or {}
         rows.append(
             [
                 run,
-                _sources(cfg),
-                str(cfg.get("reward_model") or NA),
-                num(cfg.get("beta")),
+                _sources(config),
+                str(config.get("reward_model") or NA),
+                num(config.get("beta")),
                 num(summary.get("steps")),
                 num(summary.get("seconds_per_step")),
             ]

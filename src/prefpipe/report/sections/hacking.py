@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prefpipe.grpo import evaluate_policy as pe
-from prefpipe.grpo.hacking import REWARD_HACKING
+from prefpipe.grpo import metric_names as gm
+from prefpipe.grpo.metric_names import REWARD_HACKING
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context, policy
@@ -26,13 +26,13 @@ def _rows(ctx: Context) -> list[tuple[str, bool, float, tuple, str, float, tuple
     out = []
     for run in ctx.runs:
         summary = ctx.tree.summary("policy_eval", run) or {}
-        block = summary.get(pe.REWARD_MODEL)
-        decoding = summary.get(pe.DECODING)
+        block = summary.get(gm.REWARD_MODEL)
+        decoding = summary.get(gm.DECODING)
         found = policy.change(ctx, run, decoding) if decoding else None
-        if not isinstance(block, dict) or not isinstance(block.get(pe.WIN_RATE), float) or not found:
+        if not isinstance(block, dict) or not isinstance(block.get(gm.WIN_RATE), float) or not found:
             continue
         n = int(found[1]["n"])
-        win = block[pe.WIN_RATE]
+        win = block[gm.WIN_RATE]
         out.append((run, rm_only(ctx, run), win, wilson(win * n, n), decoding, found[2], found[3]))
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
@@ -24,8 +25,12 @@ def change(ctx: Context, run: str, decoding: str) -> tuple[pd.Series, pd.Series,
     return b, t, t["accuracy"] - b["accuracy"], ci
 
 
+# The words for where the interval of trained - base lies (common.stats.interval_side).
+VERDICT_WORDS = {ABOVE_ZERO: "improved", STRADDLES_ZERO: "no clear change", BELOW_ZERO: "worse"}
+
+
 def verdict(ci: tuple[float, float]) -> str:
-    return "improved" if ci[0] > 0 else ("worse" if ci[1] < 0 else "no clear change")
+    return VERDICT_WORDS[interval_side(ci)]
 
 
 def _ci(row: pd.Series) -> tuple[float, float] | None:

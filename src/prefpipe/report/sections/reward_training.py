@@ -3,13 +3,13 @@ curves do not vary are left out and named in the caption."""
 
 from __future__ import annotations
 
+from prefpipe.grpo.health import REWARD_CHECKS, diagnose
 from prefpipe.report import frames, plots
-from prefpipe.report.diagnostics import REWARD_CHECKS, diagnose
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.sections.calibration import groups
 from prefpipe.report.stats import num
-from prefpipe.reward import trainer as rt
+from prefpipe.reward import metrics as rt
 
 TITLE, ANCHOR = "Reward-model training", "reward-training"
 PANELS = (

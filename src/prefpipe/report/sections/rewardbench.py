@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prefpipe.evaluation.benchmark import TRUNCATION_KEY
 from prefpipe.evaluation.length_split import LONGER_WINS_BASELINE_KEY
+from prefpipe.evaluation.summary_keys import TRUNCATION_KEY
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Details, Section, Table
 from prefpipe.report.sections import Context, note

@@ -1,4 +1,5 @@
-"""What the eval_policy stage does: base vs trained policy on held-out prompts (see prefpipe.eval_policy).
+"""What the eval_policy stage does: base vs trained policy on held-out prompts (entry: prefpipe.eval_policy;
+the measures themselves: grpo/policy_measures.py).
 
 Reports, for each policy: verifier accuracy with a 95% Wilson interval (and per task kind), mean completion
 length and truncation; with a reward model: mean score (BT) and the win/tie/loss rate of trained over base
@@ -18,23 +19,15 @@ import torch
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.grpo.policy_eval import DECODINGS, accuracy_summary, complete, kl_to_reference
+from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
+from prefpipe.grpo.metric_names import DECODING, DECODINGS, DECODINGS_KEY, KL_TO_BASE, REWARD_MODEL, WIN_RATE
 from prefpipe.grpo.policy_io import load_for_inference
-from prefpipe.grpo.prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
+from prefpipe.grpo.policy_measures import Completions, accuracy_summary, complete, kl_to_reference
 from prefpipe.grpo.rollout import GenerationSettings
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.eval_policy")
-# Keys of policy_eval/<run>/summary.json (the report imports them): the decodings, the reward-model block
-# (its win rate of trained over base) and the KL block.
-DECODING, DECODINGS_KEY, REWARD_MODEL, WIN_RATE, KL_TO_BASE = (
-    "decoding",
-    "decodings",
-    "reward_model",
-    "win_rate",
-    "kl_to_base",
-)
 
 
 def _policy_block(name: str, comp, rows: list[dict], graded: bool) -> dict[str, Any]:
@@ -93,31 +86,93 @@ def _reward_model_block(
     return out | {"_scores": score.tolist()}
 
 
+Policy = tuple[Any, Any]  # (model, tokenizer)
+
+
+def _decode_all(
+    run_settings: GrpoSettings, policies: dict[str, Policy], prompts: list[str]
+) -> dict[str, dict[str, Completions]]:
+    """{decoding: {"base" | "trained": completions}} for every decoding (greedy and sampled)."""
+    eval_settings = run_settings.eval
+    comps: dict[str, dict[str, Completions]] = {}
+    for decoding in DECODINGS:
+        settings = GenerationSettings(
+            eval_settings.max_new_tokens,
+            eval_settings.temperature,
+            eval_settings.top_p,
+            0,
+            decoding == "sampled",
+            fast=run_settings.fast_paths,
+        )
+        comps[decoding] = {
+            name: complete(
+                model,
+                tok,
+                prompts,
+                settings,
+                eval_settings.batch_size,
+                eval_settings.max_prompt_length,
+                run_settings.seed,
+            )
+            for name, (model, tok) in policies.items()
+        }
+    return comps
+
+
+def _kl_block(run_settings: GrpoSettings, policies: dict[str, Policy], prompts: list[str]) -> dict[str, Any]:
+    (base, base_tok), (trained, trained_tok) = policies["base"], policies["trained"]
+    if base_tok.get_vocab() != trained_tok.get_vocab():
+        return {"skipped": "base and trained tokenizers differ"}
+    eval_settings = run_settings.eval
+    return kl_to_reference(
+        trained,
+        base,
+        trained_tok,
+        prompts,
+        eval_settings.max_new_tokens,
+        eval_settings.batch_size,
+        eval_settings.max_prompt_length,
+        run_settings.seed,
+        run_settings.fast_paths,
+    )
+
+
+def _per_example(
+    rows: list[dict], texts: dict[str, list[str]], correct: dict[str, list], scores: list[float] | None
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": r["id"],
+            "kind": r["kind"],
+            "prompt": r["prompt"],
+            "answer": r["answer"],
+            "base": texts["base"][i],
+            "trained": texts["trained"][i],
+            "base_correct": correct["base"][i],
+            "trained_correct": correct["trained"][i],
+            **({"score_trained_over_base": scores[i]} if scores is not None else {}),
+        }
+        for i, r in enumerate(rows)
+    ]
+
+
 def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, Any]:
-    cfg = run_settings.eval
+    eval_settings = run_settings.eval
     if run_settings.torch_threads:
         torch.set_num_threads(run_settings.torch_threads)
     seed_everything(run_settings.seed)
     out = Path(args.out)
-    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", cfg.max_prompts)
+    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", eval_settings.max_prompts)
     record = RunRecord(out, "eval_policy", to_mapping(run_settings))
-    base, base_tok = load_for_inference(args.base, run_settings.device)
-    trained, trained_tok = load_for_inference(args.policy, run_settings.device)
+    policies = {
+        "base": load_for_inference(args.base, run_settings.device),
+        "trained": load_for_inference(args.policy, run_settings.device),
+    }
     prompts = [r["prompt"] for r in rows]
     graded = has_answers(rows)
-    comps: dict[str, dict[str, Any]] = {}
-    decodings: dict[str, Any] = {}
-    for decoding in DECODINGS:
-        sample = decoding == "sampled"
-        settings = GenerationSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_p, 0, sample)
-        comps[decoding] = {
-            name: complete(
-                model, tok, prompts, settings, cfg.batch_size, cfg.max_prompt_length, run_settings.seed
-            )
-            for name, model, tok in (("base", base, base_tok), ("trained", trained, trained_tok))
-        }
-        decodings[decoding] = _compare_block(decoding, comps[decoding], rows, graded)
-    primary = decodings[cfg.primary]
+    comps = _decode_all(run_settings, policies, prompts)
+    decodings = {decoding: _compare_block(decoding, c, rows, graded) for decoding, c in comps.items()}
+    primary = decodings[eval_settings.primary]
     correct = primary.pop("_correct")
     for block in decodings.values():
         block.pop("_correct", None)
@@ -125,50 +180,25 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         "n_prompts": len(rows),
         "skipped_rows": skipped,
         "accuracy_applicable": graded,
-        DECODING: cfg.primary,
+        DECODING: eval_settings.primary,
         **primary,
         DECODINGS_KEY: decodings,
     }
-    texts = {name: c.texts for name, c in comps[cfg.primary].items()}
+    texts = {name: c.texts for name, c in comps[eval_settings.primary].items()}
     scores = None
     if args.reward_model:
         from prefpipe.reward.model import load_reward_model
 
-        rm = load_reward_model(args.reward_model, device=str(next(trained.parameters()).device))
-        rm_block = _reward_model_block(rm, rows, texts["base"], texts["trained"], cfg.reward_batch_size)
+        device = str(next(policies["trained"][0].parameters()).device)
+        rm = load_reward_model(args.reward_model, device=device, fast_paths=run_settings.fast_paths)
+        rm_block = _reward_model_block(
+            rm, rows, texts["base"], texts["trained"], eval_settings.reward_batch_size
+        )
         scores = rm_block.pop("_scores")
         summary[REWARD_MODEL] = rm_block | {"folder": str(args.reward_model)}
-    if cfg.kl_estimate:
-        if base_tok.get_vocab() != trained_tok.get_vocab():
-            summary[KL_TO_BASE] = {"skipped": "base and trained tokenizers differ"}
-        else:
-            summary[KL_TO_BASE] = kl_to_reference(
-                trained,
-                base,
-                trained_tok,
-                prompts,
-                cfg.max_new_tokens,
-                cfg.batch_size,
-                cfg.max_prompt_length,
-                run_settings.seed,
-            )
-    write_jsonl(
-        out / "per_example.jsonl",
-        [
-            {
-                "id": r["id"],
-                "kind": r["kind"],
-                "prompt": r["prompt"],
-                "answer": r["answer"],
-                "base": texts["base"][i],
-                "trained": texts["trained"][i],
-                "base_correct": correct["base"][i],
-                "trained_correct": correct["trained"][i],
-                **({"score_trained_over_base": scores[i]} if scores is not None else {}),
-            }
-            for i, r in enumerate(rows)
-        ],
-    )
+    if eval_settings.kl_estimate:
+        summary[KL_TO_BASE] = _kl_block(run_settings, policies, prompts)
+    write_jsonl(out / "per_example.jsonl", _per_example(rows, texts, correct, scores))
     record.log(step=None, **{k: v for k, v in summary.items() if isinstance(v, int | float)})
     record.finish(summary)
     return summary

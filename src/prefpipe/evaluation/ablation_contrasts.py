@@ -1,4 +1,5 @@
-"""What the ablation stage does: which Bayesian GPM fixes matter, with paired bootstrap intervals.
+"""What the ablation stage does (entry: prefpipe.ablation; the report's section: report/sections/ablation.py):
+which Bayesian GPM fixes matter, with paired bootstrap intervals.
 
 For every fix in `ablation.fixes` two contrasts on the same test pairs (prefpipe.evaluation.paired_bootstrap):
 - `added`: broken + only this fix, minus broken;
@@ -35,14 +36,26 @@ import pandas as pd
 from prefpipe.common.config import DataError
 from prefpipe.common.io import atomic_write_text, read_json
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side, percentile_interval
 from prefpipe.evaluation.accuracy_summary import OVERALL
-from prefpipe.evaluation.benchmark import AS_FINETUNED, CALIBRATION, EXTRA_HEADS
 from prefpipe.evaluation.paired_bootstrap import (
     draw,
-    percentile_interval,
     point_scores,
     recorded_table,
     resampled_scores,
+)
+from prefpipe.evaluation.summary_keys import (
+    AS_FINETUNED,
+    CALIBRATION,
+    EXTRA_HEADS,
+    HURTS,
+    ITEM_TITLES,
+    MATTERS,
+    MOST_IMPORTANT,
+    NEUTRAL,
+    ROWS,
+    VARIANTS,
+    VERDICTS,
 )
 from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.build import to_mapping
@@ -51,17 +64,14 @@ log = logging.getLogger("prefpipe.ablation")
 # Per-example decisions of the head as fine-tuned, before the refit (an extra head of the evaluation).
 FINETUNED_COLUMN = f"correct_{AS_FINETUNED}"
 
-# Keys of results/ablation/summary.json (the report and the seed table read them).
-ROWS, VARIANTS, MOST_IMPORTANT, VERDICTS = "rows", "variants", "most_important", "verdicts"
-MATTERS, NEUTRAL, HURTS = "matters", "neutral", "hurts"
-ITEM_TITLES = {OVERALL: "Four-section average", "chat": "Chat", "chat_hard": "Chat Hard"}
-ITEM_TITLES |= {"safety": "Safety", "reasoning": "Reasoning"}
+
+# The verdict on a fix from where the interval of its effect lies (common.stats.interval_side).
+VERDICT_WORDS = {ABOVE_ZERO: MATTERS, STRADDLES_ZERO: NEUTRAL, BELOW_ZERO: HURTS}
 
 
 def verdict(interval: tuple[float, float]) -> str:
     """The fix matters when its whole interval is above 0, hurts when below, else it is neutral."""
-    lo, hi = interval
-    return MATTERS if lo > 0 else HURTS if hi < 0 else NEUTRAL
+    return VERDICT_WORDS[interval_side(interval)]
 
 
 def _load(eval_dir: Path, variant: str, benchmark: str | None) -> tuple[str, dict[str, Any], pd.DataFrame]:

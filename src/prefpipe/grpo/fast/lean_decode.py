@@ -1,5 +1,9 @@
 """A one-token decode step for Llama-architecture policies without the transformers forward around it.
 
+Plain path it must match: the model's own forward over the cache (`prefpipe.grpo.sampling.forward_step`).
+Tests: tests/test_grpo_fast_paths.py (test_lean_decode_steps_give_the_model_forward_logits_and_samples: logits
+and samples, full and LoRA; test_lean_decode_declines_what_it_does_not_know).
+
 Why: in a rollout the matmul work of a decode step is tiny (one token per row), and most of its time went to
 the framework around it: a causal mask rebuilt every step, a growing KV cache concatenated every step,
 rotary tables recomputed, output wrappers, and (for LoRA) peft's per-linear dispatch. `LeanLlama` runs the
@@ -51,26 +55,32 @@ def _effective_linear(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tens
 class LeanLlama:
     """Decode steps over a preallocated cache for a batch of rows (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, layers: list[dict], cfg) -> None:
+    def __init__(self, model: torch.nn.Module, layers: list[dict], model_config) -> None:
         core = unwrap_peft(model).model
         self.embed = core.embed_tokens.weight
         self.norm = (core.norm.weight, core.norm.variance_epsilon)
         self.head = _effective_linear(unwrap_peft(model).lm_head)
         self.rotary = core.rotary_emb
         self.layers = layers
-        self.heads = cfg.num_attention_heads
-        self.kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.heads = model_config.num_attention_heads
+        self.kv_heads = model_config.num_key_value_heads
+        self.head_dim = (
+            getattr(model_config, "head_dim", None)
+            or model_config.hidden_size // model_config.num_attention_heads
+        )
         self.scaling = self.head_dim**-0.5
 
     @classmethod
     @torch.no_grad()
     def build(cls, model: torch.nn.Module, max_new_tokens: int) -> LeanLlama | None:
         base = unwrap_peft(model)
-        cfg = getattr(base, "config", None)
-        if getattr(cfg, "model_type", None) not in SUPPORTED or getattr(cfg, "hidden_act", None) != "silu":
+        model_config = getattr(base, "config", None)
+        if (
+            getattr(model_config, "model_type", None) not in SUPPORTED
+            or getattr(model_config, "hidden_act", None) != "silu"
+        ):
             return None
-        if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        if getattr(model_config, "attention_bias", False) or getattr(model_config, "mlp_bias", False):
             return None
         core = getattr(base, "model", None)
         if core is None or not hasattr(core, "rotary_emb") or not hasattr(base, "lm_head"):
@@ -104,7 +114,7 @@ class LeanLlama:
             )
         if _effective_linear(base.lm_head) is None:
             return None
-        return cls(model, layers, cfg)
+        return cls(model, layers, model_config)
 
     def start(
         self, cache, attention_mask: torch.Tensor, positions: torch.Tensor, max_new_tokens: int

@@ -1,4 +1,5 @@
-"""Policy evaluation pieces: completions for held-out prompts, Wilson intervals, KL to the reference."""
+"""What is measured on a policy (the pieces grpo/eval_policy_stage.py puts together): completions for held-out
+prompts, accuracy with its Wilson interval, KL to a reference policy."""
 
 from __future__ import annotations
 
@@ -10,12 +11,8 @@ import torch
 from prefpipe.common.stats import wilson_interval
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio
 from prefpipe.grpo.logprobs import completion_logprobs
+from prefpipe.grpo.metric_names import ACCURACY, ACCURACY_CI95, KL_K3_TOKEN_MEAN, N
 from prefpipe.grpo.rollout import GenerationSettings, generate
-
-DECODINGS = ("greedy", "sampled")
-# Keys of each policy's block in policy_eval/<run>/summary.json (the report imports them).
-ACCURACY, ACCURACY_CI95, N = "accuracy", "accuracy_ci95", "n"
-KL_K3_TOKEN_MEAN = "k3_token_mean"
 
 
 @dataclass
@@ -56,13 +53,16 @@ def kl_to_reference(
     batch_size: int,
     max_prompt_length: int | None,
     seed: int,
+    fast: bool,
 ) -> dict[str, float]:
     """KL(policy || reference) from completions sampled from the policy at temperature 1.
 
     Token means of k1 and k3 over completion tokens, and the sequence-level estimate (sum of k1 per
     completion, averaged), which is the KL between the two distributions over whole completions.
     """
-    settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=0)
+    settings = GenerationSettings(
+        max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, fast=fast
+    )
     sums: dict[str, float] = defaultdict(float)
     tokens = sequences = 0
     max_abs = 0.0

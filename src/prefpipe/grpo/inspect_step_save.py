@@ -1,4 +1,5 @@
-"""What the trainer keeps of a step named in `grpo.inspect_steps`, for the one-step inspector.
+"""What the trainer keeps of a step named in `grpo.inspect_steps`, for the one-step inspector
+(grpo/inspect_step_table.py recomputes the step from it).
 
 <out>/inspect/step-NNNNNNNN/
   batch.safetensors    the rollout (prompt/completion ids and masks, truncation), rewards, advantages, reward parts

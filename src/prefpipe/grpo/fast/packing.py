@@ -1,5 +1,9 @@
 """Unpadded micro-batches for the GRPO forward/backward: the same spans (`grpo/spans.py`), fewer tokens.
 
+Plain path it must match: `prefpipe.grpo.spans.plain_span` (the padded layout): the same log-probs, losses and
+gradients to float tolerance. Tests: tests/test_grpo_fast_paths.py
+(test_unpadded_micro_batches_give_the_padded_losses_and_gradients, test_fast_paths_switch_*).
+
 A rollout row is [prompt left padding][prompt][completion][padding after EOS]; within a micro-batch every
 row is as wide as the longest prompt plus the longest completion, and rows whose loss mask is empty (cut-off
 completions under `mask_truncated_completions`) are forwarded for nothing. `pack_span` keeps only rows with a
@@ -15,11 +19,11 @@ rows go. `with_prompt` (a debugging switch) keeps the padded layout.
 `share_prompt_span` goes further: the G rows of a group have the same prompt, so the prompt is forwarded once
 per group in the micro-batch and serves the group's completions (`grouped_logprobs`: through its KV cache in a
 second call, or in one call with the group's completions packed behind it under a 4-D mask, whichever costs
-less for the model's size); the forward/backward then carries each prompt once instead of G times. Every layout answers `logprobs(model, ...)`
-with (k, C) values in the span's layout (completion token j in column j), so the trainer does not care which
-one it holds. The trainer uses the shared-prompt form for completion-mode spans and `plain_span` for
-`with_prompt`; `pack_span` is the unpadded form without prompt sharing, kept as a checked alternative
-(`tests/test_grpo_fast_paths.py` compares all three).
+less for the model's size); the forward/backward then carries each prompt once instead of G times. Every
+layout answers `logprobs(model, ...)` with (k, C) values in the span's layout (completion token j in column
+j), so the trainer does not care which one it holds. With `fast_paths` the trainer uses the shared-prompt form
+for completion-mode spans and `plain_span` for `with_prompt` (and for every span without `fast_paths`);
+`pack_span` is the unpadded form without prompt sharing, kept as a checked alternative.
 """
 
 from __future__ import annotations
@@ -28,33 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
-from prefpipe.grpo.logprobs import completion_logprobs, grouped_logprobs
+from prefpipe.grpo.fast.shared_prompt import grouped_logprobs
 from prefpipe.grpo.rollout import Rollout
-from prefpipe.grpo.spans import Span
-
-
-@dataclass
-class PackedSpan:
-    span: Span
-    rows: torch.Tensor  # (k,) rollout rows kept (each has a loss token)
-    input_ids: torch.Tensor  # (k, W) right-aligned, left padded
-    attention_mask: torch.Tensor  # (k, W)
-    mask: torch.Tensor  # (k, C) loss mask in the span's layout
-    index: torch.Tensor  # (k, C) scored position of completion token j
-    n_scored: int  # C
-
-    def align(self, values: torch.Tensor) -> torch.Tensor:
-        """(k, C) values at scored positions -> completion token j in column j (gradient flows)."""
-        return values.gather(1, self.index)
-
-    def logprobs(
-        self, model: torch.nn.Module, temperature: float, with_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(k, C) log-probs (and entropy) of the span's scored tokens in the span's layout."""
-        logp, ent = completion_logprobs(
-            model, self.input_ids, self.attention_mask, self.n_scored, temperature, with_entropy=with_entropy
-        )
-        return self.align(logp), (self.align(ent) if ent is not None else None)
+from prefpipe.grpo.spans import PackedSpan, Span
 
 
 @dataclass
@@ -146,11 +126,3 @@ def pack_span(rollout: Rollout, span: Span, pad_id: int) -> PackedSpan | None:
         index=index.clamp(max=C - 1),
         n_scored=C,
     )
-
-
-def plain_span(rollout: Rollout, span: Span) -> PackedSpan:
-    """A span in the padded layout, behind the same interface (with_prompt spans; tests' reference path)."""
-    input_ids, attention_mask = span.inputs(rollout)
-    rows = torch.arange(span.rows.start, span.rows.stop, device=input_ids.device)
-    index = torch.arange(span.n_scored, device=input_ids.device).expand(rows.numel(), -1)
-    return PackedSpan(span, rows, input_ids, attention_mask, span.mask, index.contiguous(), span.n_scored)

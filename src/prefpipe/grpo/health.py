@@ -1,4 +1,6 @@
-"""Flag unhealthy GRPO (and reward-training) signs and the step where each first appears.
+"""Health checks of a training run: flag unhealthy GRPO (and reward-training) signs and the step where each
+first appears. The report renders the flags and the grpo_hypotheses stage lists those that fired; both read
+the checks from here, with GRPO's metric names (grpo/metric_names.py), no torch needed.
 
 Every check compares one logged metric per step with a threshold from `report.diagnostics`:
 
@@ -25,8 +27,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from prefpipe.grpo.diagnostics import KL_MEAN, MAX_ABS_LOG_RATIO, PROMPT_LOSS_SHARE, TRUNCATED_RATIO
-from prefpipe.grpo.trainer import ENTROPY, FRAC_REWARD_ZERO_STD, GRAD_NORM
+from prefpipe.grpo.metric_names import (
+    ENTROPY,
+    FRAC_REWARD_ZERO_STD,
+    GRAD_NORM,
+    KL_MEAN,
+    MAX_ABS_LOG_RATIO,
+    PROMPT_LOSS_SHARE,
+    TRUNCATED_RATIO,
+)
+from prefpipe.settings.grpo import no_kl_term
 from prefpipe.settings.report import Thresholds
 
 MIN_HISTORY = 3
@@ -86,12 +96,13 @@ def _recorded(frame: pd.DataFrame, metric: str) -> bool:
     return metric in frame and frame[metric].notna().any()
 
 
-def check_run(
-    run: str, frame: pd.DataFrame, t: Thresholds, only: tuple[str, ...] | None = None
-) -> list[Flag]:
-    """The checks (all, or those named in `only`) for one run's metrics (canonical columns)."""
-    frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
-    kl = _kl_metric(frame)
+Check = tuple[
+    str, str, str, Callable[[int, float, pd.Series], bool]
+]  # name, metric, rule text, bad(i, v, history)
+
+
+def _checks(t: Thresholds, kl: str) -> list[Check]:
+    """Every threshold check, in the order the report lists them (`kl`: the KL column the run recorded)."""
     w = t.baseline_window
 
     def kl_spike(_: int, value: float, history: pd.Series) -> bool:
@@ -102,7 +113,7 @@ def check_run(
         base = _median_before(history, w)
         return base is not None and base > 0 and value > t.grad_norm_spike_factor * base
 
-    checks: list[tuple[str, str, str, Callable[[int, float, pd.Series], bool]]] = [
+    return [
         ("KL above limit", kl, f"> {t.kl_mean_max:g}", lambda _i, v, _h: v > t.kl_mean_max),
         (
             "KL spike",
@@ -148,8 +159,15 @@ def check_run(
             lambda _i, v, _h: v > t.prompt_loss_share_max,
         ),
     ]
+
+
+def check_run(
+    run: str, frame: pd.DataFrame, t: Thresholds, only: tuple[str, ...] | None = None
+) -> list[Flag]:
+    """The checks (all, or those named in `only`) for one run's metrics (canonical columns)."""
+    frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
     flags = [nonfinite_flag(run, frame)] if only is None or "non-finite" in only else []
-    for name, metric, rule, bad in checks:
+    for name, metric, rule, bad in _checks(t, _kl_metric(frame)):
         if only is not None and name not in only:
             continue
         if not _recorded(frame, metric):
@@ -204,10 +222,10 @@ KL_CHECKS = ("KL above limit", "KL spike", "log-ratio blow-up")
 
 
 def explain_unrecorded(flags: list[Flag], betas: dict[str, float | None]) -> list[Flag]:
-    """With beta = 0 GRPO has no reference policy, so KL metrics are absent by design, not missing."""
+    """Without a KL term (settings.grpo.no_kl_term) KL metrics are absent by design, not missing."""
     out = []
     for flag in flags:
-        if flag.status == "not recorded" and flag.check in KL_CHECKS and betas.get(flag.run) == 0:
+        if flag.status == "not recorded" and flag.check in KL_CHECKS and no_kl_term(betas.get(flag.run)):
             flag = dataclasses.replace(flag, status="n/a (beta = 0, no reference)")
         out.append(flag)
     return out

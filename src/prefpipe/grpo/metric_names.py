@@ -1,0 +1,57 @@
+"""Names of what the GRPO stages write: metrics.jsonl columns of train_grpo and the summary keys of train_grpo
+and eval_policy. They live here, with no torch import, so the CPU-only report (and the health checks) can
+read them without loading the trainers.
+"""
+
+from __future__ import annotations
+
+# --- train_grpo metrics.jsonl. `{name}`: a reward function or a KL estimator.
+REWARD_MEAN, REWARD_STD = "reward_mean", "reward_std"
+REWARD_PART_MEAN, REWARD_PART_STD = "reward/{name}_mean", "reward/{name}_std"
+# Share of prompt groups whose values of one reward part are not all equal: with a continuous reward-model part
+# in the sum, frac_reward_zero_std is always 0, and this says whether the verifier itself carries a signal.
+REWARD_PART_FRAC_MIXED = "reward/{name}_frac_mixed"
+ADV_ABS_MEAN, ADV_ABS_MAX = "adv_abs_mean", "adv_abs_max"
+KL_MEAN, KL_MAX, MAX_ABS_LOG_RATIO = "kl_{name}_mean", "kl_{name}_max", "max_abs_log_ratio"
+LENGTH_MEAN, LENGTH_MIN, LENGTH_MAX = (
+    "completion_length_mean",
+    "completion_length_min",
+    "completion_length_max",
+)
+TRUNCATED_RATIO, PROMPT_TRUNCATION_RATE = "truncated_ratio", "prompt_truncation_rate"
+# Share of loss-carrying tokens that are PROMPT tokens: 0 with a correct mask (grpo.mask_mode: completion).
+PROMPT_LOSS_SHARE = "prompt_loss_share"
+# The verifier on every training batch whose prompts have answers, optimised or not (Gao et al.'s "gold" signal
+# beside the reward model's "proxy" score): share of completions it accepts, mean and std of its score.
+VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (
+    "verifier_accuracy",
+    "verifier_score_mean",
+    "verifier_score_std",
+)
+FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
+    "frac_reward_zero_std",
+    "entropy",
+    "grad_norm",
+    "clip_ratio_region",
+)
+STEP_TIME = "step_time"
+# The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
+# inspector's table sums to.
+LOSS_FIRST_ITERATION = "loss_first_iteration"
+TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second")
+
+# --- train_grpo summary.json
+REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/hacking.py)
+
+# --- eval_policy summary.json: the decodings, the reward-model block (its win rate of trained over base) and
+# the KL block; then the keys of each policy's block.
+DECODINGS = ("greedy", "sampled")
+DECODING, DECODINGS_KEY, REWARD_MODEL, WIN_RATE, KL_TO_BASE = (
+    "decoding",
+    "decodings",
+    "reward_model",
+    "win_rate",
+    "kl_to_base",
+)
+ACCURACY, ACCURACY_CI95, N = "accuracy", "accuracy_ci95", "n"
+KL_K3_TOKEN_MEAN = "k3_token_mean"
