@@ -25,6 +25,7 @@ RANKS = {
     "reward": 3,
     "base": 3,
     "evaluation": 4,
+    "export": 4,
     "grpo": 4,
     "report": 5,
     TOP: 6,

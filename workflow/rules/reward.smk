@@ -52,3 +52,27 @@ rule train_reward_model:
         "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.train_reward"
         " --config {params.cfg:q} --data {params.data:q} --base {params.backbone:q} --out {params.out:q}"
         " > {log:q} 2>&1"
+
+
+# Not in `all`: ask for it (snakemake results/.../reward/<variant>/export). A BT model whose head reads only
+# the last token's state becomes an AutoModelForSequenceClassification folder, every other model its backbone,
+# head and reward_loader.py; the card reads the variant's evaluation summary.
+rule export_reward_model:
+    input:
+        model=rules.train_reward_model.output.model,
+        eval_summary=f"{RESULTS}/eval/{{variant}}/summary.json",
+    output:
+        directory(f"{RESULTS}/reward/{{variant}}/export"),
+    log:
+        f"{RESULTS}/reward/{{variant}}/export_reward_model.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/export_reward_model_{{variant}}.tsv"
+    conda:
+        "../../envs/prefpipe.yaml"
+    threads: 1
+    params:
+        src=SRC,
+        run=lambda wildcards, input: os.path.dirname(input.model),
+    shell:
+        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.export_reward"
+        " {params.run:q} {output:q} --eval-summary {input.eval_summary:q} > {log:q} 2>&1"

@@ -128,13 +128,25 @@ def accepts_position_ids(model: torch.nn.Module) -> bool:
     return "position_ids" in inspect.signature(target.forward).parameters
 
 
+def lora_targets(model: torch.nn.Module, requested: list[str] | str | None) -> list[str] | str | None:
+    """lora.target_modules as given; null: peft's defaults for the architecture, or every linear layer
+    ("all-linear") where peft has none (Phi-3's fused qkv_proj; peft would refuse)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if requested is not None or model_type in DEFAULTS:
+        return requested
+    log.info("lora.target_modules null: peft has no defaults for %r, using all-linear", model_type)
+    return "all-linear"
+
+
 def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
-    """Wrap in a task-agnostic peft LoRA; target modules from config or peft's per-architecture defaults."""
+    """Wrap in a task-agnostic peft LoRA; target modules from config or peft's per-architecture defaults
+    (`lora_targets`)."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(
-        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
-    )
+    targets = lora_targets(model, lora.target_modules)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as err:

@@ -62,14 +62,20 @@ def response_stats(
 ) -> torch.Tensor:
     """(N, WIDTH) likelihood summary of each row's response tokens under the frozen `model`."""
     hidden = model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
-    log_probs = token_log_probs(hidden, input_ids, model.get_input_embeddings().weight)
+    softcap = getattr(model.config, "final_logit_softcapping", None)
+    log_probs = token_log_probs(hidden, input_ids, model.get_input_embeddings().weight, softcap)
     return summarise(log_probs, response_mask(attention_mask, prompt_index))
 
 
-def token_log_probs(hidden: torch.Tensor, input_ids: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+def token_log_probs(
+    hidden: torch.Tensor, input_ids: torch.Tensor, embeddings: torch.Tensor, softcap: float | None = None
+) -> torch.Tensor:
     """(N, L) log p(token t | tokens < t) from the final states (N, L, H) and the tied embedding matrix (V, H);
-    position 0 has no prediction and holds 0."""
+    position 0 has no prediction and holds 0. `softcap` (Gemma 2's final_logit_softcapping): the LM soft-caps its
+    logits to softcap * tanh(logits / softcap) before the softmax, so the log-probs are its own only with it."""
     logits = hidden[:, :-1].float() @ embeddings.float().T
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
     picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prefpipe.common.chat import has_chat_template
+from prefpipe.common.chat import has_chat_template, reply_end
 from prefpipe.reward import likelihood
 from prefpipe.settings.reward import BayesSettings, HeadSettings
 
@@ -55,6 +55,7 @@ class ModelSpec:
         data["chat"] = {
             "formatter": "prefpipe.common.chat.format_pair",
             "chat_template": has_chat_template(tokenizer),
+            "reply_end": reply_end(tokenizer),
         }
         return data
 

@@ -1,0 +1,126 @@
+"""The exported model's README.md: what it is (base model, data, head math), how to load it, and its benchmark
+scores from the run's evaluation summary when there is one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+HEAD_MATH = {
+    "bt": "Bradley-Terry: one reward r(x, y) = w . h + b per response; P(a > b | x) = sigmoid((r(a) - r(b)) / tau).",
+    "gpm": (
+        "General Preference Model: an embedding v(y) of 2k numbers per response (unit length when normalised) "
+        "and a prompt gate lambda(x) = k softmax(G h_x / sqrt(H)); s(a > b | x) = sum_l lambda_l (a_2l b_2l+1 - "
+        "a_2l+1 b_2l), skew-symmetric, so preferences may be cyclic; P(a > b | x) = sigmoid(s / tau)."
+    ),
+    "bgpm": (
+        "Bayesian GPM: a diagonal Gaussian posterior N(mean(y), var(y)) over the GPM embedding; s(a > b | x) "
+        "of the means with its closed-form variance, and P(a > b | x) = E[sigmoid(s(a~, b~) / tau)] by Monte "
+        "Carlo over the posterior."
+    ),
+}
+
+SEQ_CLS_USAGE = """```python
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained("THIS_FOLDER")
+model = AutoModelForSequenceClassification.from_pretrained("THIS_FOLDER").eval()
+# the row as prefpipe wrote it: the reply ends as the chat template ends an assistant turn
+text = {prompt_text} + response + model.config.prefpipe_reply_end
+batch = tok([text], return_tensors="pt", padding=True, add_special_tokens={special})
+with torch.no_grad():
+    logit = model(**batch).logits[:, 0]
+reward = logit + model.config.prefpipe_reward_offset  # prefpipe's r(x, y); preferences need only the logits
+```
+Pad on the right (the saved tokenizer does): the class reads the last token that is not padding."""
+
+LOADER_USAGE = """```python
+import importlib.util
+spec = importlib.util.spec_from_file_location("reward_loader", "THIS_FOLDER/reward_loader.py")
+loader = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(loader)
+rm = loader.ExportedRewardModel.from_folder("THIS_FOLDER")
+p = rm.preference_prob([prompt], [response_a], [response_b])  # P(a preferred to b), one per row
+```
+`reward_loader.py` needs torch and transformers only; its docstring gives the text format and the head math."""
+
+
+def _usage(info: dict[str, Any], chat_template: bool) -> str:
+    if info["format"] != "sequence-classification":
+        return LOADER_USAGE
+    prompt_text = (
+        'tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)'
+        if chat_template
+        else 'prompt + "\\n\\n"'
+    )
+    return SEQ_CLS_USAGE.format(prompt_text=prompt_text, special=not chat_template)
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _benchmarks(summary: dict[str, Any] | None) -> list[str]:
+    if summary is None:
+        return ["No evaluation summary was given to the export: no benchmark scores."]
+    lines = [
+        f"Benchmark `{summary.get('benchmark')}` ({summary.get('n_pairs')} pairs, data "
+        f"`{(summary.get('data') or {}).get('source')}`): overall {_num(summary.get('overall'))}, pooled accuracy "
+        f"{_num(summary.get('pooled_accuracy'))}.",
+        "",
+        "| section | score | n |",
+        "|---|---|---|",
+    ]
+    for name, section in (summary.get("sections") or {}).items():
+        lines.append(f"| {name} | {_num(section.get('score'))} | {section.get('n')} |")
+    calibration = summary.get("calibration") or {}
+    if "ece" in calibration:
+        lines += ["", f"Calibration: ECE {_num(calibration['ece'])}, Brier {_num(calibration.get('brier'))} "
+                  f"({summary.get('prob_method')})."]  # fmt: skip
+    return lines
+
+
+def model_card(
+    variant: str,
+    info: dict[str, Any],
+    spec: dict[str, Any],
+    run_config: dict[str, Any],
+    run_summary: dict[str, Any],
+    eval_summary: dict[str, Any] | None,
+) -> str:
+    """README.md text. `spec`: head_config.json; `run_config`/`run_summary`: the training run's config.json
+    ("config") and summary.json; `eval_summary`: the evaluation stage's summary.json or None."""
+    head = spec["head"]
+    backbone = run_config.get("backbone", {})
+    why = info.get("why_not_sequence_classification")
+    lines = [
+        f"# prefpipe reward model `{variant}` ({head['type']})",
+        "",
+        f"Exported by `python -m prefpipe.export_reward` in the **{info['format']}** form"
+        + (f" ({info['architecture']})." if "architecture" in info else "."),
+    ]
+    if why:
+        lines += ["", f"Not a sequence-classification model because {why}."]
+    lines += [
+        "",
+        "## Base model",
+        f"Backbone `{backbone.get('model')}` ({info['model_type']}, hidden size {spec['hidden_size']}, "
+        f"{spec['backbone_kind']}, {spec['backbone_format']} fine-tuning), pooling `{spec['pooling']}`; "
+        f"features: final state{' + response mean input embedding' if spec['embedding_features'] else ''}"
+        f"{' + response log-likelihood under the frozen base' if spec['likelihood_features'] else ''}.",
+        "",
+        "## Data",
+        f"Experiment `{run_config.get('experiment')}`, seed {run_config.get('seed')}: "
+        f"{run_summary.get('train_pairs')} training pairs, {run_summary.get('test_pairs')} test pairs, "
+        f"{run_summary.get('steps')} steps; sequences cut to {spec['max_length']} tokens (prompt first, from the left).",
+        "",
+        "## Head",
+        HEAD_MATH[head["type"]] + f" tau = {head['tau']}.",
+    ]
+    if info.get("reward_offset") is not None:
+        lines.append(
+            f"The class's score layer has no bias: logit = r(x, y) - {info['reward_offset']!r} "
+            "(config.json `prefpipe_reward_offset`)."
+        )
+    lines += ["", "## Use", _usage(info, spec["chat"]["chat_template"]), "", "## Benchmark scores"]
+    return "\n".join(lines + _benchmarks(eval_summary)) + "\n"

@@ -1,0 +1,25 @@
+"""What both export forms need from a loaded reward model: its backbone as one plain transformers model (a
+LoRA adapter merged into its base) and its tokenizer padding on the right, as prefpipe scores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from prefpipe.reward.model import RewardModel
+
+
+def plain_backbone(rm: RewardModel) -> nn.Module:
+    """The backbone with any LoRA adapter merged into its weights (the model is changed in place: export a
+    model loaded for the purpose)."""
+    merge = getattr(rm.backbone, "merge_and_unload", None)
+    return merge() if callable(merge) else rm.backbone
+
+
+def export_tokenizer(rm: RewardModel) -> Any:
+    """The reward model's tokenizer set to pad on the right: the exported models read the last real token by
+    its position, and a left-padded batch would shift the positions transformers' forward counts from 0."""
+    tokenizer = rm.tokenizer
+    tokenizer.padding_side = "right"
+    return tokenizer

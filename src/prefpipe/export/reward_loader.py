@@ -1,0 +1,281 @@
+"""Load and use a reward model exported by prefpipe (`python -m prefpipe.export_reward`), with torch and
+transformers only.
+
+This file is copied into every exported head folder as `reward_loader.py`; it never imports prefpipe, so the
+folder works wherever torch and transformers are installed:
+
+    import importlib.util, torch
+    spec = importlib.util.spec_from_file_location("reward_loader", "EXPORT/reward_loader.py")
+    loader = importlib.util.module_from_spec(spec); spec.loader.exec_module(loader)
+    rm = loader.ExportedRewardModel.from_folder("EXPORT")
+    p = rm.preference_prob(["What is 2 + 3?"], ["5"], ["6"])  # P(first response preferred), one per row
+
+What it reproduces (to float rounding) is prefpipe's scoring of one (prompt, response) row:
+1. Text: the tokenizer's chat template with one user turn and the generation prompt, then the response and
+   what ends a reply (`reply_end` in reward_head.json: the template's end of an assistant turn, e.g. Gemma's
+   <end_of_turn>, else the EOS token; no template: prompt + two newlines + response + EOS). Tokens: special tokens added only
+   when there is no template; the prompt's last token is where the two token lists stop agreeing.
+   A row longer than `max_length` loses prompt tokens from the left (leading special tokens and the prompt's
+   last token kept), then response tokens from the right (trailing special tokens kept).
+2. Features: the backbone's final states pooled as `pooling` says (last / first real token, mean over real
+   tokens, mean over response tokens), optionally followed by the mean input embedding of the response
+   tokens (`embedding_features`) and by the mean and minimum next-token log-prob of the response tokens under
+   the frozen starting model in `likelihood_model/` through its tied embeddings, its logits soft-capped where
+   the model caps them (Gemma 2) (`likelihood_features`).
+   The prompt gate reads the final state at the prompt's last token.
+3. Head (`reward_head.safetensors`, settings in `reward_head.json`): features standardised by the stored
+   mean and 1/sd when present; then
+   - bt:   r = w . h + b;  s(a > b) = r(a) - r(b)
+   - gpm:  v = W h (unit-normalised when `normalize`), gate lambda(x) = k softmax(G h_x / sqrt(H));
+           s(a > b) = sum_l lambda_l (a_2l b_2l+1 - a_2l+1 b_2l), lambda the mean of both rows' gates
+   - bgpm: [m ; log var] = W h, log var (+ bias) clamped, mean = m unit-normalised when `normalize`;
+           s uses the means, Var[s] its closed form; P(a > b) = E[sigmoid(s(a~, b~) / tau)] by Monte Carlo
+           over a~ ~ N(mean_a, var_a), b~ ~ N(mean_b, var_b) (renormalised when `normalize`).
+   P(a > b) = sigmoid(s / tau) for bt and gpm.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+HEAD_JSON = "reward_head.json"
+HEAD_WEIGHTS = "reward_head.safetensors"
+FORMAT = "prefpipe-reward-head"
+
+
+class ExportedRewardModel:
+    """Backbone, tokenizer and head of an exported reward model; every method takes plain strings."""
+
+    def __init__(self, folder: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        folder = Path(folder)
+        self.config: dict[str, Any] = json.loads((folder / HEAD_JSON).read_text())
+        if self.config.get("format") != FORMAT:
+            raise ValueError(f"{folder / HEAD_JSON}: not a {FORMAT} folder")
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.backbone = AutoModel.from_pretrained(folder, dtype=dtype).to(device).eval()
+        self.likelihood_model = None
+        if self.config["likelihood_features"]:
+            path = folder / "likelihood_model"
+            self.likelihood_model = AutoModel.from_pretrained(path, dtype=dtype).to(device).eval()
+        self.head = {k: v.to(device) for k, v in load_file(str(folder / HEAD_WEIGHTS)).items()}
+        self.device = device
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, **kwargs: Any) -> ExportedRewardModel:
+        return cls(folder, **kwargs)
+
+    # ------------------------------------------------------------------ text -> token ids
+    def _format_prompt(self, prompt: str) -> str:
+        if self.tokenizer.chat_template:
+            messages = [{"role": "user", "content": prompt}]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return prompt + "\n\n"
+
+    def _ids(self, text: str) -> list[int]:
+        special = not self.tokenizer.chat_template
+        return self.tokenizer(text, add_special_tokens=special, verbose=False)["input_ids"]
+
+    def tokenize(self, prompt: str, response: str) -> tuple[list[int], int]:
+        """Token ids of one row and the number of tokens up to and including the prompt's last one."""
+        head = self._format_prompt(prompt)
+        text = head + response
+        end = self.config["reply_end"]
+        if end and not text.endswith(end):
+            text += end
+        ids, prompt_ids = self._ids(text), self._ids(head)
+        common = 0
+        while common < min(len(ids), len(prompt_ids)) and ids[common] == prompt_ids[common]:
+            common += 1
+        return self._truncate(ids, max(1, min(common, len(ids) - 1)))
+
+    def _truncate(self, ids: list[int], prompt_len: int) -> tuple[list[int], int]:
+        limit, special = self.config["max_length"], set(self.tokenizer.all_special_ids)
+        excess = len(ids) - limit
+        if excess <= 0:
+            return ids, prompt_len
+        lead = 0
+        while lead < prompt_len - 1 and ids[lead] in special:
+            lead += 1
+        if excess <= prompt_len - lead - 1:  # the prompt alone gives way
+            return ids[:lead] + ids[lead + excess :], prompt_len - excess
+        kept_head = ids[:lead] + [ids[prompt_len - 1]]
+        response = ids[prompt_len:]
+        tail = 0
+        while tail < len(response) and response[len(response) - 1 - tail] in special:
+            tail += 1
+        room = limit - len(kept_head) - tail
+        if room < 1:
+            raise ValueError(f"max_length {limit} is too small to hold any response token")
+        return kept_head + response[:room] + response[len(response) - tail :], len(kept_head)
+
+    # ------------------------------------------------------------------ token ids -> features
+    def _batch(self, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
+        """Right-padded ids, mask and the prompt's last position per row."""
+        rows = [self.tokenize(p, r) for p, r in zip(prompts, responses, strict=True)]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (row, _) in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = 1
+        prompt_index = torch.tensor([n - 1 for _, n in rows])
+        return {"input_ids": ids, "attention_mask": mask, "prompt_index": prompt_index}
+
+    def _states(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        kwargs = {"use_cache": False} if self.config["backbone_kind"] == "decoder" else {}
+        return model(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
+
+    @staticmethod
+    def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask.bool().unsqueeze(-1)
+        total = torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(1)
+        return total / keep.sum(1).clamp(min=1).to(x.dtype)
+
+    def features(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head's response features (N, F) and the prompt's last final state (N, H)."""
+        ids, mask, prompt_index = (
+            batch[k].to(self.device) for k in ("input_ids", "attention_mask", "prompt_index")
+        )
+        hidden = self._states(self.backbone, ids, mask)
+        rows = torch.arange(ids.shape[0], device=ids.device)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        response = mask * (positions[None, :] > prompt_index[:, None]).to(mask.dtype)
+        pooling = self.config["pooling"]
+        if pooling == "last":
+            pooled = hidden[rows, (mask * positions).argmax(1)]
+        elif pooling == "first":
+            pooled = hidden[rows, mask.argmax(1)]
+        elif pooling == "mean":
+            pooled = self._masked_mean(hidden, mask)
+        else:  # response_mean
+            pooled = self._masked_mean(hidden, response)
+        parts = [pooled]
+        if self.config["embedding_features"]:
+            parts.append(
+                self._masked_mean(self.backbone.get_input_embeddings()(ids), response).to(pooled.dtype)
+            )
+        if self.likelihood_model is not None:
+            parts.append(self._likelihood(ids, mask, response).to(pooled.dtype))
+        return torch.cat(parts, dim=-1), hidden[rows, prompt_index]
+
+    def _likelihood(self, ids: torch.Tensor, mask: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+        """[mean ; min] next-token log-prob of the response tokens under the frozen tied-embedding model."""
+        hidden = self._states(self.likelihood_model, ids, mask)
+        table = self.likelihood_model.get_input_embeddings().weight
+        logits = hidden[:, :-1].float() @ table.float().T
+        softcap = getattr(self.likelihood_model.config, "final_logit_softcapping", None)
+        if softcap:  # Gemma 2 soft-caps its logits before the softmax
+            logits = softcap * torch.tanh(logits / softcap)
+        picked = logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        log_probs = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+        keep = response.bool()
+        count = keep.sum(1)
+        mean = torch.where(keep, log_probs, 0.0).sum(1) / count.clamp(min=1)
+        least = torch.where(keep, log_probs, torch.inf).amin(1)
+        return torch.stack([mean, torch.where(count > 0, least, 0.0)], dim=-1)
+
+    # ------------------------------------------------------------------ features -> encodings
+    def _head(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        w, cfg = self.head, self.config
+        h, h_prompt = h.float(), h_prompt.float()
+        if "input_norm.mean" in w:
+            h = (h - w["input_norm.mean"]) * w["input_norm.inv_sd"]
+        if cfg["head_type"] == "bt":
+            return {"reward": F.linear(h, w["value_head.weight"], w["value_head.bias"]).squeeze(-1)}
+        out = F.linear(h, w["value_head.weight"])
+        k = cfg["dim"] // 2
+        if "gate.prompt_head.weight" in w:
+            logits = F.linear(h_prompt, w["gate.prompt_head.weight"]) / math.sqrt(cfg["prompt_size"])
+            gate = F.softmax(logits, dim=-1) * k
+        else:
+            gate = h_prompt.new_ones(h_prompt.shape[0], k)
+        if cfg["head_type"] == "gpm":
+            emb = F.normalize(out, p=2, dim=-1) if cfg["normalize"] else out
+            return {"embedding": emb, "gate": gate}
+        raw_mean, logvar = out.split(cfg["dim"], dim=-1)
+        if "logvar_bias" in w:
+            logvar = logvar + w["logvar_bias"]
+        logvar = logvar.clamp(*cfg["logvar_clamp"])
+        mean = F.normalize(raw_mean, p=2, dim=-1) if cfg["normalize"] else raw_mean
+        return {"mean": mean, "var": logvar.exp(), "gate": gate}
+
+    @torch.inference_mode()
+    def encode(
+        self, prompts: list[str], responses: list[str], batch_size: int = 16
+    ) -> dict[str, torch.Tensor]:
+        """The head's encoding of each (prompt, response) row (float32, CPU)."""
+        parts: list[dict[str, torch.Tensor]] = []
+        for start in range(0, len(prompts), batch_size):
+            batch = self._batch(prompts[start : start + batch_size], responses[start : start + batch_size])
+            parts.append(self._head(*self.features(batch)))
+        return {k: torch.cat([p[k] for p in parts]).float().cpu() for k in parts[0]}
+
+    # ------------------------------------------------------------------ encodings -> preferences
+    @staticmethod
+    def _gpm(a: torch.Tensor, b: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        pa, pb = a.reshape(*a.shape[:-1], -1, 2), b.reshape(*b.shape[:-1], -1, 2)
+        return ((pa[..., 0] * pb[..., 1] - pa[..., 1] * pb[..., 0]) * gate).sum(-1)
+
+    def compare(self, enc_a: dict, enc_b: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """s(a > b | x) per row and, for bgpm, its variance (else None)."""
+        kind = self.config["head_type"]
+        if kind == "bt":
+            return enc_a["reward"] - enc_b["reward"], None
+        gate = 0.5 * (enc_a["gate"] + enc_b["gate"])
+        if kind == "gpm":
+            return self._gpm(enc_a["embedding"], enc_b["embedding"], gate), None
+        ma, va, mb, vb = enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"]
+
+        def swap(v: torch.Tensor) -> torch.Tensor:
+            return v.reshape(*v.shape[:-1], -1, 2).flip(-1).reshape(v.shape)
+
+        terms = ma.pow(2) * swap(vb) + mb.pow(2) * swap(va) + va * swap(vb)
+        variance = (terms.reshape(*terms.shape[:-1], -1, 2).sum(-1) * gate.pow(2)).sum(-1)
+        return self._gpm(ma, mb, gate), variance
+
+    def preference_prob(
+        self,
+        prompts: list[str],
+        responses_a: list[str],
+        responses_b: list[str],
+        n_samples: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """P(response a preferred to response b | prompt) per row."""
+        enc_a, enc_b = self.encode(prompts, responses_a), self.encode(prompts, responses_b)
+        return self.preference_prob_encoded(enc_a, enc_b, n_samples, generator)
+
+    def preference_prob_encoded(
+        self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        tau = self.config["tau"]
+        if self.config["head_type"] != "bgpm":
+            return torch.sigmoid(self.compare(enc_a, enc_b)[0] / tau)
+        n = n_samples or self.config["mc_samples"]
+        gate = 0.5 * (enc_a["gate"] + enc_b["gate"])
+        total = torch.zeros(enc_a["mean"].shape[0], dtype=torch.float64)
+        for _ in range(n):
+            sa, sb = (self._sample(enc["mean"], enc["var"], generator) for enc in (enc_a, enc_b))
+            total += torch.sigmoid(self._gpm(sa, sb, gate) / tau).double()
+        return (total / n).float()
+
+    def _sample(
+        self, mean: torch.Tensor, var: torch.Tensor, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        sample = mean + eps * var.sqrt()
+        return F.normalize(sample, p=2, dim=-1) if self.config["normalize"] else sample
+
+    def rewards(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
+        """r(x, y) per row (bt heads only: gpm heads score pairs, not single responses)."""
+        if self.config["head_type"] != "bt":
+            raise TypeError(f"a {self.config['head_type']!r} head has no scalar reward per response")
+        return self.encode(prompts, responses)["reward"]

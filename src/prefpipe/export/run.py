@@ -1,0 +1,70 @@
+"""Export one trained reward run: pick the form, write the folder and its model card atomically."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
+from prefpipe.export.card import model_card
+from prefpipe.export.head_folder import write_head_folder
+from prefpipe.export.sequence_classification import (
+    EXPORTABLE_BT,
+    why_not_standard,
+    write_sequence_classification,
+)
+from prefpipe.reward.spec import HEAD_CONFIG
+
+log = logging.getLogger(__name__)
+FORMS = ("auto", "sequence-classification", "head-folder")
+SUMMARY = "export.json"
+
+
+def _optional_json(path: Path) -> dict[str, Any]:
+    return read_json(path) if path.exists() else {}
+
+
+def export_reward(
+    run_dir: str | Path, out_dir: str | Path, form: str = "auto", eval_summary: str | Path | None = None
+) -> dict[str, Any]:
+    """Write run_dir/model (a prefpipe reward model) to out_dir: AutoModelForSequenceClassification where
+    faithful (form auto or sequence-classification; the latter refuses, saying why, where it is not), else the
+    head folder with its loader. Returns what export.json holds."""
+    from prefpipe.reward.model import load_reward_model
+
+    if form not in FORMS:
+        raise ValueError(f"--format {form!r}: expected one of {', '.join(FORMS)}")
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    model_dir = run_dir / "model"
+    rm = load_reward_model(model_dir)
+    reason = why_not_standard(rm)
+    if form == "sequence-classification" and reason is not None:
+        raise ValueError(
+            f"{model_dir}: not exportable as AutoModelForSequenceClassification: {reason}; "
+            f"a model trained with {EXPORTABLE_BT} is"
+        )
+    standard = reason is None and form != "head-folder"
+    config = _optional_json(run_dir / "config.json").get("config", {})
+    model_type = rm.config.model_type
+    with atomic_dir(out_dir) as tmp:
+        info = write_sequence_classification(rm, tmp) if standard else write_head_folder(rm, tmp)
+        info |= {
+            "source": str(model_dir),
+            "model_type": model_type,
+            "why_not_sequence_classification": reason,
+        }
+        summary = read_json(eval_summary) if eval_summary is not None else None
+        spec = read_json(model_dir / HEAD_CONFIG)
+        card = model_card(
+            config.get("variant", run_dir.name),
+            info,
+            spec,
+            config,
+            _optional_json(run_dir / "summary.json"),
+            summary,
+        )
+        atomic_write_text(tmp / "README.md", card)
+        atomic_write_json(tmp / SUMMARY, info)
+    log.info("exported %s as %s to %s", model_dir, info["format"], out_dir)
+    return info
