@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from prefpipe.common.chat import format_pair, format_prompt
+from prefpipe.common.config import ConfigError, DataError
 from prefpipe.settings.base import SFTSettings
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,11 @@ class SFTData:
 def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> SFTData:
     """Tokenise (prompt, response) rows; prompt tokens get label IGNORE, response tokens and EOS keep theirs."""
     data = SFTData()
+    shortest = math.inf  # the shortest demonstration that was too long, for the message below
     for index, row in enumerate(rows):
         prompt, response = row.get("prompt"), row.get("response")
         if not isinstance(prompt, str) or not isinstance(response, str):
-            raise ValueError(
+            raise DataError(
                 f"demonstrations row {index} (id {row.get('id')!r}): prompt/response must be strings"
             )
         if not response.strip():
@@ -53,10 +55,16 @@ def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> 
             )
         if len(ids) > max_length:
             data.skipped["too_long"] += 1
+            shortest = min(shortest, len(ids))
             continue
         data.examples.append((ids, [IGNORE] * len(prompt_ids) + ids[len(prompt_ids) :]))
+    if not data.examples and data.skipped["too_long"]:
+        raise ConfigError(
+            f"base.sft.max_length: {max_length} tokens is below every demonstration (the shortest has "
+            f"{shortest}; {data.skipped['too_long']} too long, the rest empty): raise it to at least {shortest}"
+        )
     if not data.examples:
-        raise ValueError(f"no usable demonstrations (skipped: {dict(data.skipped)})")
+        raise DataError(f"no usable demonstrations (skipped: {dict(data.skipped)})")
     return data
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from prefpipe.common import model_ref, secrets
-from prefpipe.common.config import ConfigError, read_config_file
+from prefpipe.common.config import ConfigError, check_plain_tree, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
@@ -25,7 +25,7 @@ from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
-from prefpipe.settings.merge import deep_merge
+from prefpipe.settings.merge import check_overlay, deep_merge
 from prefpipe.settings.models import ModelImportSettings
 from prefpipe.settings.names import check_name, check_names
 from prefpipe.settings.report import ReportSettings
@@ -41,7 +41,9 @@ def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAU
     `--configfile` (settings/merge.py). Not yet validated: `PipelineSettings` does that."""
     config = read_config_file(base)
     for overlay in overlays:
-        config = deep_merge(config, overlay if isinstance(overlay, dict) else read_config_file(overlay))
+        values = overlay if isinstance(overlay, dict) else read_config_file(overlay)
+        check_overlay(values, "overlay" if isinstance(overlay, dict) else str(overlay))
+        config = deep_merge(config, values)
     return config
 
 
@@ -87,8 +89,9 @@ class PipelineSettings:
         reward_section, grpo_section = raw["reward"], raw["grpo"]
         declared = list(reward_section["variants"])
         variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
-        runs = list(grpo_section["runs"]) if grpo_section["enabled"] else []
-        runs = _narrow(runs, grpo_section["only"], "grpo.only", "grpo.runs")
+        # grpo.only is checked against the declared runs even when grpo.enabled is false (then nothing runs)
+        runs = _narrow(list(grpo_section["runs"]), grpo_section["only"], "grpo.only", "grpo.runs")
+        runs = runs if grpo_section["enabled"] else []
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
         grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
         for name, settings in grpo.items():
@@ -99,7 +102,9 @@ class PipelineSettings:
         }
         base = stage(BaseSettings, raw["base"], "base")
         _check_model_refs(base, reward, models)
-        data_map = {key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        data_map = {
+            key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows", "max_overlap_share")
+        }
         benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
         raw["eval"]["benchmarks"] = benchmarks
         report_section = {k: v for k, v in raw["report"].items() if k != "enabled"}  # a workflow switch
@@ -145,6 +150,7 @@ class PipelineSettings:
 
 def _validated(config: dict[str, Any]) -> dict[str, Any]:
     """A private, plain-JSON copy of `config`, checked against the schema (which fills its defaults in)."""
+    check_plain_tree(config, "config")  # before the copy below, which would expand a shared (aliased) object
     raw = json.loads(json.dumps(config))
     # before the schema: a name that would escape results/ and a credential (which would reach rule params
     # and .snakemake/ metadata) are refused with their own message, naming the key
@@ -233,11 +239,15 @@ def _check_reward_model(
     if variant and variant not in trained and not settings.uses_reward_model() and "reward_model" not in own:
         settings.reward_model = None
         return
-    if variant and variant not in trained:
-        why = "narrowed away by reward.only" if variant in declared else "not in reward.variants"
+    if variant and variant not in declared:
         raise ConfigError(
-            f"grpo.runs.{run}.reward_model = {variant!r} is {why} (variants trained: {trained}); "
-            f"add it to reward.only or leave run {run!r} out with grpo.only"
+            f"grpo.runs.{run}.reward_model = {variant!r} is not in reward.variants ({declared}): name one of "
+            f"them, or define reward.variants.{variant}"
+        )
+    if variant and variant not in trained:
+        raise ConfigError(
+            f"grpo.runs.{run}.reward_model = {variant!r} is narrowed away by reward.only (variants trained: "
+            f"{trained}); add it to reward.only or leave run {run!r} out with grpo.only"
         )
 
 
