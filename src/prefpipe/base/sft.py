@@ -102,24 +102,24 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float =
 def train_sft(
     model: torch.nn.Module,
     data: SFTData,
-    sft_cfg: SFTSettings,
+    settings: SFTSettings,
     pad_id: int,
     seed: int,
     log_step: Callable[..., None] | None = None,
 ) -> dict[str, float]:
     """AdamW with warm-up + cosine; batches walk seeded permutations of the examples (epoch by epoch)."""
-    steps, batch_size = sft_cfg.steps, sft_cfg.batch_size
+    steps, batch_size = settings.steps, settings.batch_size
     optimizer = torch.optim.AdamW(
         model.parameters(),
-        lr=sft_cfg.learning_rate,
+        lr=settings.learning_rate,
         betas=(0.9, 0.95),
-        weight_decay=sft_cfg.weight_decay,
+        weight_decay=settings.weight_decay,
     )
-    min_ratio = sft_cfg.min_lr_ratio
+    min_ratio = settings.min_lr_ratio
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, sft_cfg.warmup_steps, steps, min_ratio)
+        optimizer, lambda s: lr_factor(s, settings.warmup_steps, steps, min_ratio)
     )
-    grad_clip = sft_cfg.grad_clip
+    grad_clip = settings.grad_clip
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     losses: list[float] = []

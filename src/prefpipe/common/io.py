@@ -80,19 +80,29 @@ def _tmp_sibling(path: Path, is_dir: bool) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp file path beside `path` for a writer that wants a file name (pandas' to_parquet,
-    safetensors' save_file); on success it gets the umask-based mode and replaces `path` in one rename."""
-    path = Path(path)
+def _atomic(path: Path, is_dir: bool) -> Iterator[Path]:
+    """Yield a temp file or folder beside `path`; on success it (every entry of a folder) gets the umask-based
+    mode (output_mode) and replaces `path` in one rename; on failure it is removed and `path` is untouched."""
     with writing(path):
-        tmp = _tmp_sibling(path, is_dir=False)
+        tmp = _tmp_sibling(path, is_dir)
     try:
         with writing(path):
             yield tmp
-            output_mode(tmp)
+            output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
+            if is_dir and path.exists():
+                shutil.rmtree(path)
             os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if not is_dir:
+            tmp.unlink(missing_ok=True)
+        elif tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_file(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """Yield a temp file path beside `path` for a writer that wants a file name (pandas' to_parquet,
+    safetensors' save_file); on success it gets the umask-based mode and replaces `path` in one rename."""
+    return _atomic(Path(path), is_dir=False)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
@@ -159,20 +169,7 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.load(handle)
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
     """Yield a temp directory; on success every entry gets the umask-based mode (output_mode) and the folder
     replaces `path` (e.g. a saved model folder) in one rename."""
-    path = Path(path)
-    with writing(path):
-        tmp = _tmp_sibling(path, is_dir=True)
-    try:
-        with writing(path):
-            yield tmp
-            output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    return _atomic(Path(path), is_dir=True)

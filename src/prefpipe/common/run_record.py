@@ -107,17 +107,17 @@ class RunRecord:
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
-    def _init_wandb(self, wandb_cfg: dict[str, Any]):
+    def _init_wandb(self, wandb_settings: dict[str, Any]):
         """wandb as the run's settings say (settings.run.WandbSettings), named `wandb_name()`. A second
         record in one process finishes the previous run first (reinit="finish_previous", what the deprecated
         reinit=True meant)."""
-        if not wandb_cfg["enabled"]:
+        if not wandb_settings["enabled"]:
             return None
         import wandb
 
-        mode = wandb_cfg["mode"]
+        mode = wandb_settings["mode"]
         run = wandb.init(
-            project=wandb_cfg["project"],
+            project=wandb_settings["project"],
             name=self.wandb_name(),
             dir=str(self.out_dir),
             mode=mode,

@@ -328,14 +328,27 @@ def load_external_pairs(
             overlap["ids"],
         )
     duplicate_ids = make_ids_unique(train + test)
-    report = {
+    return train, test, _pairs_report(settings, reads, train, test, duplicate_ids, overlap)
+
+
+def _pairs_report(
+    settings: dict[str, Any],
+    reads: list[dict],
+    train: list[dict],
+    test: list[dict],
+    duplicate_ids: int,
+    overlap: dict[str, int],
+) -> dict[str, Any]:
+    """What load_external_pairs read, kept and dropped over its reads (the training file's first)."""
+    first = reads[0]
+    return {
         "source": settings["source"],
         "path": settings["path"],
-        "format": train_report["format"],
+        "format": first["format"],
         "test_from": "test_split" if settings["test_split"] is not None else "test_fraction",
         "rows_in": sum(r["rows_in"] for r in reads),
         "kept": sum(r["kept"] for r in reads),
-        "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in train_report["dropped"]},
+        "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in first["dropped"]},
         "duplicate_ids": duplicate_ids,
         "train_test_overlap": overlap,
         "train": len(train),
@@ -343,7 +356,6 @@ def load_external_pairs(
         "subsets": {"train": subset_counts(train), "test": subset_counts(test)},
         "reads": reads,
     }
-    return train, test, report
 
 
 def load_benchmark_rows(

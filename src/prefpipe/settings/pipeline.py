@@ -107,7 +107,7 @@ class PipelineSettings:
         }
         benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
         raw["eval"]["benchmarks"] = benchmarks
-        report_section = {k: v for k, v in raw["report"].items() if k != "enabled"}  # a workflow switch
+        report_section = _report_section(raw)
         hypotheses = None
         if grpo_section["hypotheses"] is not None and grpo:
             section = {**grpo_section["hypotheses"], "diagnostics": raw["report"]["diagnostics"]}
@@ -201,6 +201,15 @@ def _ablation(
     return settings if settings.contrasts() else None
 
 
+def _report_section(raw: dict[str, Any]) -> dict[str, Any]:
+    """The report's keys without the workflow switch `enabled`, and the ablation reference it describes rows
+    against taken from its one owner, `ablation.reference` (the report's settings carry it as
+    `ablation.reference`; the config has no report key for it)."""
+    section = {k: v for k, v in raw["report"].items() if k != "enabled"}
+    section["ablation"] = {"reference": raw["ablation"]["reference"], **section["ablation"]}
+    return section
+
+
 def _check_model_ref(ref: str, key: str, models: dict[str, ModelImportSettings], allow_base: bool) -> None:
     """A model reference names what exists: `base` only where allowed, `import:<name>` a `models` entry."""
     parsed = model_ref.parse(ref, key)
@@ -264,14 +273,16 @@ def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> Non
 
 
 # The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage
-# started by hand with a hand-written config gets the same checks as one started by the workflow.
+# started by hand with a hand-written config gets the same checks as one started by the workflow. Beside it, the
+# keys the stage's settings carry that are not config keys of that section (names and values the pipeline
+# derives; dotted for nested ones).
 STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     DataSettings: ("data.schema.yaml", ("demonstrations_needed",)),
     BaseSettings: ("base.schema.yaml", ()),
     ModelImportSettings: ("models.schema.yaml#/$defs/entry", ("name",)),
     RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
-    ReportSettings: ("report.schema.yaml", ()),
+    ReportSettings: ("report.schema.yaml", ("ablation.reference",)),
     HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
     AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
 }
@@ -294,9 +305,23 @@ def load_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
         schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
     else:
         ref, names = STAGE_SCHEMAS[cls]
-        own = {k: v for k, v in values.items() if k not in RUN_WIDE_KEYS and k not in names}
-        schema.validate(own, ref, key)
+        schema.validate(_without_keys(values, (*RUN_WIDE_KEYS, *names)), ref, key)
     return build_stage(cls, values, key)
+
+
+def _without_keys(values: Any, keys: tuple[str, ...]) -> Any:
+    """`values` without the given keys (dotted for nested ones): what a stage's --config carries beyond its
+    schema part (run-wide keys, names, values the pipeline derives)."""
+    if not isinstance(values, dict):
+        return values
+    top = {k for k in keys if "." not in k}
+    nested: dict[str, list[str]] = {}
+    for dotted in (k for k in keys if "." in k):
+        head, rest = dotted.split(".", 1)
+        nested.setdefault(head, []).append(rest)
+    return {
+        k: _without_keys(v, tuple(nested[k])) if k in nested else v for k, v in values.items() if k not in top
+    }
 
 
 def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
