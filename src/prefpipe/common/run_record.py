@@ -6,10 +6,13 @@ so nothing leaves the machine unless a user asks for it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -47,6 +50,33 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+@functools.cache
+def code_revision() -> dict[str, Any]:
+    """The code that ran: a sha256 over the package's source files, and the git commit with a dirty flag
+    (tracked files changed since it) when the imported package lives in a git checkout, so a result can be
+    traced to the code even between releases (the package version alone says 0.1.0 for every commit)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    record: dict[str, Any] = {"source_sha256": digest.hexdigest()}
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        record["git_commit"] = commit
+        record["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return record
 
 
 def device_facts() -> dict[str, Any]:
@@ -103,7 +133,12 @@ class RunRecord:
         atomic_write_json(self.out_dir / "config.json", {"stage": stage, "config": redact(config)})
         atomic_write_json(
             self.out_dir / "versions.json",
-            {"packages": package_versions(), "device": device_facts(), "argv": redact_argv(sys.argv)},
+            {
+                "packages": package_versions(),
+                "code": code_revision(),
+                "device": device_facts(),
+                "argv": redact_argv(sys.argv),
+            },
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
