@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages some tests need, installed by CI (.ci/run) before the test suite:
+# System packages the full test tier needs, installed by CI (.ci/run) before the test suite and by people once
+# with `sudo bash scripts/ci_system_deps.sh` (scripts/test.sh never installs them; their tests skip without):
 #   slurmctld slurmd slurm-client munge   a real single-node SLURM for tests/test_slurm_cluster.py
 #   chromium                              headless rendering check of the report (tests/test_report_chromium.py)
 # Tolerant on purpose: without root or apt-get, or when apt fails (no network, no mirror), it prints why and

@@ -3,8 +3,8 @@ width (the page or any table), every image decodes, and the answers sit on the f
 a too-wide table shows the check fails). With the network blocked, the page requests nothing from any host
 (Chromium's own net log, with a page that does make requests as a control).
 
-Chromium: scripts/test.sh installs Debian's `chromium` when missing (scripts/ci_system_deps.sh). Without it the
-tests skip naming why, except under CI (CI=true), where a missing browser is a failure.
+Chromium: nothing here installs it; `sudo bash scripts/ci_system_deps.sh` does (CI runs it in .ci/run). Without it
+the tests skip naming why, except under CI (CI=true), where a missing browser is a failure.
 
 The screenshot stays under pytest's tmp dir; with PREFPIPE_ARTIFACTS=1 it is also copied to
 results/test_artifacts/report_screenshot.png (PREFPIPE_ARTIFACTS=<folder>: into that folder), a stable path a
@@ -45,27 +45,8 @@ def _find_browser() -> str | None:
 @pytest.fixture(scope="module")
 def browser() -> str:
     found = _find_browser()
-    if (
-        found is None
-        and os.geteuid() == 0
-        and shutil.which("apt-get")
-        and os.environ.get("PREFPIPE_NO_APT") != "1"
-    ):
-        try:  # the brief's way to get it on Debian: install once, then it is found by name
-            subprocess.run(
-                "apt-get update && apt-get install -y chromium",
-                shell=True,
-                check=True,
-                timeout=600,
-                capture_output=True,
-            )
-        except (subprocess.SubprocessError, OSError) as err:
-            pytest.skip(f"headless Chromium not installed and apt-get install chromium failed: {err}")
-        found = _find_browser()
     if found is None:
-        reason = (
-            "headless Chromium not found (Debian: apt-get install -y chromium, or scripts/ci_system_deps.sh)"
-        )
+        reason = "headless Chromium not found (Debian: sudo bash scripts/ci_system_deps.sh, or apt-get install -y chromium)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"{reason}; CI must have it")
         pytest.skip(reason)

@@ -1,5 +1,5 @@
-"""Stage 4b: the Bayesian GPM ablation, each fix added to the broken variant and removed from the fixed one,
-with paired bootstrap intervals over the test pairs.
+"""The ablation rule: the Bayesian GPM ablation, each fix added to the broken variant and removed from the fixed
+one, with paired bootstrap intervals over the test pairs.
 
     python -m prefpipe.ablation --config '<json>' --eval results/eval --out results/ablation
 What it reads, writes and reports: prefpipe.evaluation.ablation_contrasts.

@@ -1,4 +1,4 @@
-"""Stage 2 (rule build_base): the base policy every later stage starts from.
+"""The build_base rule: the base policy every later stage starts from.
 
     python -m prefpipe.build_base --config '<json>' --data results/data [--pretrained <folder>] --out results/base
 

@@ -1,4 +1,4 @@
-"""Stage 4b: base vs GRPO-trained policy on held-out prompts.
+"""The eval_policy rule: base vs GRPO-trained policy on held-out prompts.
 python -m prefpipe.eval_policy --config '<json>' --data results/data --base results/base/model \
     --policy results/grpo/<run>/policy [--reward-model <folder>] --out results/policy_eval/<run>
 What it reads, writes and reports: prefpipe.grpo.eval_policy_stage.

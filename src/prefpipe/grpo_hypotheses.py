@@ -1,4 +1,4 @@
-"""Stage 4c: the GRPO hypothesis grid's verdicts (runs when the config declares `grpo.hypotheses`).
+"""The grpo_hypotheses rule: the GRPO hypothesis grid's verdicts (runs when the config declares `grpo.hypotheses`).
 python -m prefpipe.grpo_hypotheses --config '<json>' --results results --out results/grpo_hypotheses
 Reads results/policy_eval/<run>/{per_example.jsonl,summary.json} and results/grpo/<run>/metrics.jsonl of the
 baseline and every test run; writes summary.json and summary.md (the maths: prefpipe.grpo.hypotheses).

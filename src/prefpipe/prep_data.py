@@ -1,4 +1,4 @@
-"""Stage 1 (rule prep_data): write the preference pairs, SFT demonstrations and RL prompts of an experiment.
+"""The prep_data rule: write the preference pairs, SFT demonstrations and RL prompts of an experiment.
 
     python -m prefpipe.prep_data --config '<json>' --out results/data
 

@@ -1,4 +1,4 @@
-"""Stage 4: GRPO policy training.
+"""The train_grpo rule: GRPO policy training.
 
 python -m prefpipe.train_grpo --config '<json>' --data results/data --policy results/base/model \
     [--reward-model results/reward/<variant>/model] --out results/grpo/<run>

@@ -1,4 +1,5 @@
-"""Stage 3: train one reward-model variant (Bradley-Terry, GPM or Bayesian GPM) and save it for eval / GRPO.
+"""The train_reward_model rule: train one reward-model variant (Bradley-Terry, GPM or Bayesian GPM) and save it
+for eval / GRPO.
 
     python -m prefpipe.train_reward --config '<json>' --data results/data --base results/base/model \\
         --out results/reward/<variant>

@@ -1,1 +1,2 @@
-"""Stage 2: the base policy (tokenizer, tiny Llama or a pretrained model, SFT, held-out verifier accuracy)."""
+"""The build_base rule's parts: the base policy (tokenizer, tiny Llama or a pretrained model, SFT, held-out
+verifier accuracy)."""

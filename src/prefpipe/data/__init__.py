@@ -1,1 +1,2 @@
-"""Stage 1 data: synthetic world, external preference sources, and their normalisation to one pair schema."""
+"""The data of the prep_data rule: synthetic world, external preference sources, and their normalisation to one
+pair schema."""

@@ -1,4 +1,4 @@
-"""Stage 4b settings (`ablation`): the Bayesian GPM ablation as paired bootstrap contrasts."""
+"""Settings of the ablation rule (`ablation`): the Bayesian GPM ablation as paired bootstrap contrasts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 2 settings (`base`): the base policy, built from scratch or loaded pretrained, then SFT."""
+"""Settings of the build_base rule (`base`): the base policy, built from scratch or loaded pretrained, then SFT."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 1 settings (`data`): where the preference pairs come from and how subsets map to sections."""
+"""Settings of the prep_data rule (`data`): where the preference pairs come from and how subsets map to sections."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 3b settings (`eval`): RewardBench-style scoring of each reward variant."""
+"""Settings of the eval_rewardbench rule (`eval`): RewardBench-style scoring of each reward variant."""
 
 from __future__ import annotations
 

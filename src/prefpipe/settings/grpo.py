@@ -1,5 +1,5 @@
-"""Stage 4 settings (`grpo`): one GRPO run, `grpo.defaults` deep-merged with `grpo.runs.<run>`; the same
-settings drive policy evaluation (its own knobs under `eval`)."""
+"""Settings of the train_grpo and eval_policy rules (`grpo`): one GRPO run, `grpo.defaults` deep-merged with
+`grpo.runs.<run>`; the same settings drive policy evaluation (its own knobs under `eval`)."""
 
 from __future__ import annotations
 

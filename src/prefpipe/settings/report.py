@@ -1,4 +1,4 @@
-"""Stage 5 settings (`report`)."""
+"""Settings of the report rule (`report`)."""
 
 from __future__ import annotations
 

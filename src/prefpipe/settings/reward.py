@@ -1,4 +1,5 @@
-"""Stage 3 settings (`reward`): one variant's resolved settings, `reward.defaults` merged with the variant.
+"""Settings of the train_reward_model rule (`reward`): one variant's resolved settings, `reward.defaults`
+merged with the variant.
 
 Types only; the values and their defaults come from config/config.yaml, their ranges from the schema. What
 the schema cannot say depends on the head type, which the reward layer's head registry owns: those checks
