@@ -64,7 +64,8 @@ def _count_forwards(module: torch.nn.Module, fn) -> int:
     calls = []
 
     def hook(_module, _args, kwargs, _out):
-        if kwargs.get("past_key_values") is None:
+        # a full forward, not a decoding step from a KV cache (transformers >= 5.24 names it `cache`)
+        if kwargs.get("cache") is None and kwargs.get("past_key_values") is None:
             calls.append(1)
 
     handle = module.register_forward_hook(hook, with_kwargs=True)
