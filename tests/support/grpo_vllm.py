@@ -66,3 +66,11 @@ def skip_push_at(trainer_: GRPOTrainer, step: int) -> None:
             push(weights)
 
     engine._push_weights = maybe_push
+
+
+def base_weights_only(policy: torch.nn.Module):
+    """A LoRA policy's weights WITHOUT the adapter (the classic "LoRA weights never reach vLLM" bug): checkpoint
+    names, base tensors."""
+    for name, param in policy.named_parameters():
+        if ".lora_" not in name:
+            yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), param.detach()
