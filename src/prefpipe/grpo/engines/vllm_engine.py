@@ -59,6 +59,11 @@ def _retie_output_head(model: torch.nn.Module) -> None:
 
 class VllmEngine:
     def __init__(self, settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            raise ValueError(
+                f"grpo.{settings.run}.rollout.engine: vllm runs in one trainer process only (data-parallel GRPO "
+                "with an engine per process is not supported yet: vLLM would join the trainer's process group)"
+            )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the model object stays reachable
         from vllm import LLM
 
