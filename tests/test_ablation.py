@@ -264,6 +264,26 @@ def test_the_settings_pair_every_fix_and_refuse_unknown_variants():
         pipeline({"ablation": {"fixes": {"prior": {"removed": "bgpm-nope"}}}})
 
 
+def test_the_report_takes_the_ablation_reference_from_its_one_owner():
+    """ablation.reference is the only key for it: the report's settings (and its stage --config) carry the
+    value from there, and a report.ablation.reference key is refused naming the key."""
+    from prefpipe.common.config import ConfigError
+    from prefpipe.settings.pipeline import load_stage
+    from prefpipe.settings.report import ReportSettings
+
+    settings = pipeline({"ablation": {"reference": "bgpm-no-prior", "enabled": False}})
+    assert settings.report.ablation.reference == "bgpm-no-prior"
+    assert pipeline().report.ablation.reference == pipeline().ablation.reference == "bgpm"
+    rebuilt = load_stage(ReportSettings, json.loads(stage_json(settings.report)), "config")
+    assert rebuilt.ablation.reference == "bgpm-no-prior"
+    with pytest.raises(ConfigError, match=r"report\.ablation.*'reference' was unexpected"):
+        pipeline({"report": {"ablation": {"reference": "bgpm"}}})
+    with pytest.raises(ConfigError, match=r"config\.ablation: missing key\(s\) reference"):
+        loose = json.loads(stage_json(settings.report))
+        del loose["ablation"]["reference"]
+        load_stage(ReportSettings, loose, "config")
+
+
 def test_each_removal_variant_reverts_exactly_one_fix_of_the_reference():
     """bgpm-no-<fix> differs from bgpm in exactly the keys bgpm-fix-<fix> changes in bgpm-broken, with the
     broken values (so `added` and `removed` rows isolate the same fix)."""

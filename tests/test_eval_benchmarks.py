@@ -15,11 +15,9 @@ from support.settings import eval_settings, pipeline
 from prefpipe.common.config import ConfigError, DataError
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.stats import wilson_interval
+from prefpipe.data.pair_length import CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH
 from prefpipe.evaluation.evaluate import evaluate_model
 from prefpipe.evaluation.length_split import (
-    CHOSEN_LONGER,
-    CHOSEN_SHORTER,
-    EQUAL_LENGTH,
     LENGTH_SPLIT_KEY,
     LONGER_PICK_RATE_KEY,
     LONGER_WINS_BASELINE_KEY,

@@ -38,7 +38,7 @@ def model(tok):
 
 def _frequent_token(model, tok) -> int:
     """A token the random model emits often, used as EOS so that rows finish at different steps."""
-    ro = generate_hf(model, tok, PROMPTS, 2, GenerationSettings(12, do_sample=False))
+    ro = generate_hf(model, tok, PROMPTS, 2, GenerationSettings(12, do_sample=False, fast=True))
     values, counts = ro.completion_ids[:, 1:].flatten().unique(return_counts=True)
     return int(values[counts.argmax()])
 
@@ -62,7 +62,7 @@ def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, to
 
 
 def test_fast_generate_matches_generate_hf_greedy(model, tok):
-    g = GenerationSettings(10, do_sample=False)
+    g = GenerationSettings(10, do_sample=False, fast=True)
     a, b = generate(model, tok, PROMPTS, 2, g), generate_hf(model, tok, PROMPTS, 2, g)
     assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
     assert torch.equal(a.completion_mask, b.completion_mask) and torch.equal(a.prompt_ids, b.prompt_ids)
@@ -107,7 +107,7 @@ def test_top_k_and_top_p_filters_keep_the_expected_tokens():
 
 def _rollout(model, tok):
     torch.manual_seed(3)
-    ro = generate(model, tok, PROMPTS, 4, GenerationSettings(8, temperature=1.0))
+    ro = generate(model, tok, PROMPTS, 4, GenerationSettings(8, temperature=1.0, fast=True))
     # make the rollout uneven: some completions end early (EOS at a different step per row), some truncated
     eos = pad_token_id(tok)
     ids = ro.completion_ids.clone()

@@ -109,7 +109,7 @@ def test_generate_masks_prompt_padding_and_post_eos(tok):
         head.bias[tok.eos_token_id] = 3.5
     model.lm_head = head
     torch.manual_seed(0)
-    settings = GenerationSettings(max_new_tokens=12, temperature=1.0)
+    settings = GenerationSettings(max_new_tokens=12, temperature=1.0, fast=True)
     ro = generate(
         model,
         tok,
@@ -147,5 +147,5 @@ def test_generate_masks_prompt_padding_and_post_eos(tok):
 def test_generate_restores_training_mode(tok):
     model = tiny_llama(tok, seed=1).train()
     torch.manual_seed(0)
-    generate(model, tok, ["Say no."], 2, GenerationSettings(max_new_tokens=3), None)
+    generate(model, tok, ["Say no."], 2, GenerationSettings(max_new_tokens=3, fast=True), None)
     assert model.training

@@ -17,8 +17,8 @@ from torch import nn
 from prefpipe.common.config import ConfigError
 from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.grpo.rewards import RewardInputs, build_rewards
-from prefpipe.reward.heads import HEADS, RewardHead, get_head_class, register
-from prefpipe.reward.heads.base import require
+from prefpipe.reward.heads.base import RewardHead, require
+from prefpipe.reward.heads.registry import HEADS, get_head_class, register
 from prefpipe.reward.model import load_reward_model, save_reward_model
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.sanity_accuracy import pair_accuracy

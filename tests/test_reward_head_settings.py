@@ -12,7 +12,7 @@ import torch
 from support.models import build_reward, save_tiny_base
 from support.settings import reward_settings
 
-from prefpipe.reward.heads import build_head
+from prefpipe.reward.heads.registry import build_head
 from prefpipe.reward.model import HEAD_CONFIG, load_reward_model, save_reward_model
 
 N, DIM = 7, 6

@@ -11,9 +11,9 @@ import torch
 from support.settings import reward_settings
 from torch.distributions import Normal, kl_divergence
 
-from prefpipe.reward.heads import build_head
 from prefpipe.reward.heads.bgpm import BayesianGPMHead
 from prefpipe.reward.heads.gpm import GPMHead, PromptGate
+from prefpipe.reward.heads.registry import build_head
 from prefpipe.reward.losses import gaussian_kl, kl_beta, kl_mean_term, preference_nll
 from prefpipe.reward.scores import (
     gpm_score,

@@ -139,7 +139,8 @@ def test_smollm2_chat_template_through_rollout_masks_decoding_and_grading():
     """The real SmolLM2-135M-Instruct tokenizer (from its GGUF): prompts get the chat template with the
     generation prompt, completions end at <|im_end|>, decode without it, and the math verifier grades them."""
     from prefpipe.common.chat import format_prompt
-    from prefpipe.grpo.rollout import completion_mask, decode_completions, eos_token_ids, tokenize_prompts
+    from prefpipe.generation.tokens import eos_token_ids, tokenize_prompts
+    from prefpipe.grpo.rollout import completion_mask, decode_completions
 
     tok = _smollm2_tokenizer()
     text = format_prompt(tok, "What is 48 / 2?")

@@ -73,9 +73,18 @@ def test_deepspeed_plugin_builds_the_stage(name, stage, monkeypatch):
     assert plugin.zero_stage == stage
     assert plugin.hf_ds_config.is_zero3() == (stage == 3)
     assert plugin.zero3_init_flag == (stage == 3)  # ZeRO-3 builds models already sharded
-    assert plugin.deepspeed_config["bf16"] == {"enabled": True}
-    # Left "auto" for accelerate to fill from the dataloader and Accelerator at prepare() time.
+    # Left "auto" for accelerate to fill from the dataloader and Accelerator at prepare() time; precision from
+    # the Accelerator's mixed_precision, which make_accelerator takes from backbone.precision (one owner).
     assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == "auto"
+    assert plugin.deepspeed_config["bf16"] == {"enabled": "auto"}
+
+
+@pytest.mark.parametrize(("mixed", "bf16"), [("bf16", True), ("no", False)])
+def test_deepspeed_precision_follows_the_accelerator(mixed, bf16, monkeypatch):
+    """What AcceleratorState does with the Accelerator's mixed_precision under DeepSpeed: fills bf16."""
+    plugin = _deepspeed_plugin(CONFIGS / "deepspeed_zero3.yaml", monkeypatch)
+    plugin.set_mixed_precision(mixed)
+    assert plugin.deepspeed_config["bf16"]["enabled"] is bf16
 
 
 def test_deepspeed_yaml_must_leave_precision_to_the_json(tmp_path, monkeypatch):

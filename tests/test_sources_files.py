@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from support.rows import load_pairs
 
-from prefpipe.common.config import ConfigError
+from prefpipe.common.config import ConfigError, DataError
 from prefpipe.data.sources import load_benchmark_rows
 
 
@@ -89,7 +89,9 @@ def test_error_mode_names_file_row_id_and_reason(tmp_path):
     path = write_lines(tmp_path / "rows.jsonl", lines)
     with pytest.raises(ValueError) as info:
         load_pairs({"source": "jsonl", "path": str(path)}, "error", seed=0)
-    assert str(info.value).startswith(f"{path}: row 3 (id 'bad-7'): chosen_equals_rejected")
+    assert str(info.value).startswith(
+        f"data.external.path: {path}: row 3 (id 'bad-7'): chosen_equals_rejected"
+    )
     broken = write_lines(tmp_path / "broken.jsonl", [lines[0], "", "{oops"])
     with pytest.raises(ValueError, match=r"broken\.jsonl: row 3: invalid_json: not valid JSON"):
         load_pairs({"source": "jsonl", "path": str(broken), "format": "rewardbench"}, "error", 0)
@@ -204,7 +206,7 @@ def test_bad_config_names_the_key(cfg, key):
 
 
 def test_missing_files_and_empty_sources_fail_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="data.external.path"):
+    with pytest.raises(DataError, match=r"^data\.external\.path: .*nope\.parquet: does not exist"):
         load_pairs({"source": "parquet", "path": str(tmp_path / "nope.parquet")}, "drop", 0)
     path = write_lines(tmp_path / "bad.jsonl", [json.dumps({"prompt": "p", "chosen": "a", "rejected": "a"})])
     with pytest.raises(ValueError, match="no usable preference pairs"):

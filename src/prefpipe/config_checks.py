@@ -2,7 +2,7 @@
 
 The settings layer (prefpipe.settings) checks what the config alone can say. Four facts belong to higher
 layers: the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world), the
-reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads), the verifiers
+reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads.registry), the verifiers
 `data.prompts.verifier` may name (prefpipe.data.verifier) and which GRPO rewards read prompt answers
 (prefpipe.grpo.rewards). This top-layer module asks each owner and names the config key. The workflow builds
 its settings through `checked_pipeline` (workflow/rules/common.smk), as do the tests (tests/support/settings.py);
@@ -19,7 +19,7 @@ from prefpipe.data.synthetic_noise import check_switches
 from prefpipe.data.synthetic_world import SUBSETS
 from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.rewards import answer_reward_keys
-from prefpipe.reward.heads import check_head_settings
+from prefpipe.reward.heads.registry import check_head_settings
 from prefpipe.settings.data import NO_VERIFIER
 from prefpipe.settings.pipeline import PipelineSettings
 

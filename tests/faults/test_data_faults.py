@@ -35,7 +35,7 @@ def test_chosen_equals_rejected_is_dropped_and_counted_or_an_error_naming_file_a
     path = _write(tmp_path / "pairs.jsonl", rows)
     train, test, report = load_pairs({"source": "jsonl", "path": str(path)}, "drop", seed=0)
     assert report["dropped"]["chosen_equals_rejected"] == 1 and len(train) + len(test) == len(ROWS)
-    with pytest.raises(DataError, match=rf"^{path}: row 4: chosen_equals_rejected: "):
+    with pytest.raises(DataError, match=rf"^data\.external\.path: {path}: row 4: chosen_equals_rejected: "):
         load_pairs({"source": "jsonl", "path": str(path)}, "error", seed=0)
 
 
@@ -43,7 +43,7 @@ def test_line_that_is_not_utf8_names_file_and_line(tmp_path):
     path = _write(
         tmp_path / "pairs.jsonl", ROWS[:2], b'{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'
     )
-    with pytest.raises(DataError, match=rf"^{path}: line 3: not UTF-8 text"):
+    with pytest.raises(DataError, match=rf"^data\.external\.path: {path}: line 3: not UTF-8 text"):
         load_pairs({"source": "jsonl", "path": str(path)}, "drop", seed=0)
 
 
@@ -82,13 +82,14 @@ def test_test_pairs_sharing_training_prompts_are_counted_in_the_data_summary(tmp
     overlay = {"source": "jsonl", "external": {"path": str(train_file), "test_split": str(test_file)}}
     out = tmp_path / "data"
     small = {"synthetic": {"rl_prompts_train": 8, "rl_prompts_heldout": 8, "demonstrations": 8}}
-    settings = data_settings({**overlay, **small}, eval=HELDOUT)
+    # one test pair of three repeats a training pair ("  Q1 " after folding): allowed up to a share of 0.5
+    settings = data_settings({**overlay, **small, "max_overlap_share": 0.5}, eval=HELDOUT)
     assert prep_data(["--config", stage_json(settings), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     # q0 repeats exactly, "  Q1 " after case and whitespace folding; ids are content hashes: q0's differs
     # (its chosen changed), "x" is new, so no id is shared
-    assert summary["train_test_overlap"]["pairs"] == {"prompts": 2, "ids": 0}
-    assert summary["external"]["train_test_overlap"] == {"prompts": 2, "ids": 0}
+    assert summary["train_test_overlap"]["pairs"] == {"repeated_pairs": 1, "prompts": 2, "ids": 0}
+    assert summary["external"]["train_test_overlap"] == {"repeated_pairs": 1, "prompts": 2, "ids": 0}
     assert summary["train_test_overlap"]["rl_prompts_dropped"] == 0
 
 

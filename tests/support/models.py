@@ -203,3 +203,19 @@ def save_scratch_base(folder: Path, texts: list[str], vocab_size: int, seed: int
     build_tiny_llama(model_settings, tokenizer, seed).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def save_grpo_inputs(root: Path) -> Path:
+    """What train_grpo reads, under root: base/ (`save_tiny_policy`, seed 2), data/ (RL prompt rows, train and
+    held-out) and rm/ (a GPM reward model on that policy, 4-dim head)."""
+    from prefpipe.common.io import write_jsonl
+    from prefpipe.reward.model import build_reward_model, save_reward_model
+    from support.rows import rl_rows
+
+    policy = save_tiny_policy(root / "base", seed=2)
+    write_jsonl(root / "data" / "rl_prompts_train.jsonl", rl_rows())
+    write_jsonl(root / "data" / "rl_prompts_heldout.jsonl", rl_rows())
+    torch.manual_seed(0)
+    settings = tiny_reward_settings("gpm", head={"dim": 4}, data={"max_length": 64})
+    save_reward_model(build_reward_model(str(policy), settings), root / "rm")
+    return root

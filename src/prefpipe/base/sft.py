@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from prefpipe.common.chat import format_pair, format_prompt
+from prefpipe.common.config import ConfigError, DataError
 from prefpipe.settings.base import SFTSettings
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,11 @@ class SFTData:
 def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> SFTData:
     """Tokenise (prompt, response) rows; prompt tokens get label IGNORE, response tokens and EOS keep theirs."""
     data = SFTData()
+    shortest = math.inf  # the shortest demonstration that was too long, for the message below
     for index, row in enumerate(rows):
         prompt, response = row.get("prompt"), row.get("response")
         if not isinstance(prompt, str) or not isinstance(response, str):
-            raise ValueError(
+            raise DataError(
                 f"demonstrations row {index} (id {row.get('id')!r}): prompt/response must be strings"
             )
         if not response.strip():
@@ -53,10 +55,16 @@ def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> 
             )
         if len(ids) > max_length:
             data.skipped["too_long"] += 1
+            shortest = min(shortest, len(ids))
             continue
         data.examples.append((ids, [IGNORE] * len(prompt_ids) + ids[len(prompt_ids) :]))
+    if not data.examples and data.skipped["too_long"]:
+        raise ConfigError(
+            f"base.sft.max_length: {max_length} tokens is below every demonstration (the shortest has "
+            f"{shortest}; {data.skipped['too_long']} too long, the rest empty): raise it to at least {shortest}"
+        )
     if not data.examples:
-        raise ValueError(f"no usable demonstrations (skipped: {dict(data.skipped)})")
+        raise DataError(f"no usable demonstrations (skipped: {dict(data.skipped)})")
     return data
 
 
@@ -94,24 +102,24 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float =
 def train_sft(
     model: torch.nn.Module,
     data: SFTData,
-    sft_cfg: SFTSettings,
+    settings: SFTSettings,
     pad_id: int,
     seed: int,
     log_step: Callable[..., None] | None = None,
 ) -> dict[str, float]:
     """AdamW with warm-up + cosine; batches walk seeded permutations of the examples (epoch by epoch)."""
-    steps, batch_size = sft_cfg.steps, sft_cfg.batch_size
+    steps, batch_size = settings.steps, settings.batch_size
     optimizer = torch.optim.AdamW(
         model.parameters(),
-        lr=sft_cfg.learning_rate,
+        lr=settings.learning_rate,
         betas=(0.9, 0.95),
-        weight_decay=sft_cfg.weight_decay,
+        weight_decay=settings.weight_decay,
     )
-    min_ratio = sft_cfg.min_lr_ratio
+    min_ratio = settings.min_lr_ratio
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, sft_cfg.warmup_steps, steps, min_ratio)
+        optimizer, lambda s: lr_factor(s, settings.warmup_steps, steps, min_ratio)
     )
-    grad_clip = sft_cfg.grad_clip
+    grad_clip = settings.grad_clip
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     losses: list[float] = []

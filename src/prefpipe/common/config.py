@@ -37,7 +37,22 @@ def require(condition: bool, key: str, message: str) -> None:
 
 class _StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses a key written twice in one mapping (PyYAML, and Snakemake's loader with it,
-    keeps the last one silently, so a setting edited in one place can be undone by a forgotten copy below)."""
+    keeps the last one silently, so a setting edited in one place can be undone by a forgotten copy below) and
+    any alias (`*name`): nested aliases load as shared objects but expand exponentially in every copy or walk
+    (a "billion laughs" file), and no prefpipe config needs one. The alias is refused while parsing, before any
+    value exists."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor} refused: config files may not use YAML anchors and aliases (nested "
+                "aliases expand exponentially); write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -60,6 +75,8 @@ def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
     mark = getattr(err, "problem_mark", None)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     problem = getattr(err, "problem", None) or str(err)
+    if "could not determine a constructor for the tag" in problem:
+        problem += " (a config file is plain data: tags that build Python objects are refused)"
     context = getattr(err, "context", None)
     what = f"{context}, {problem}" if context and "duplicate key" not in problem else problem
     start = getattr(err, "context_mark", None)
@@ -73,7 +90,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     non-mapping is a ConfigError naming the file (and, for YAML, the line)."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             loaded = (
                 json.load(handle, object_pairs_hook=_unique_json_keys(path))
                 if path.suffix == ".json"
@@ -87,9 +104,47 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{path}:{err.lineno}:{err.colno}: not valid JSON: {err.msg}") from err
     except yaml.YAMLError as err:
         raise ConfigError(_yaml_error(path, err)) from err
+    except RecursionError as err:
+        raise ConfigError(f"config file {path}: nested too deeply to be a config") from err
+    except OSError as err:  # a folder, a FIFO that cannot be opened, permissions, an I/O error
+        raise ConfigError(f"config file {path}: cannot be read ({err.strerror or err})") from err
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
+    check_plain_tree(loaded, str(path))
     return loaded
+
+
+MAX_CONFIG_DEPTH = 32  # the schema's deepest key is 6 levels down
+MAX_CONFIG_VALUES = 200_000  # the default config holds about 1,500 values
+
+
+def check_plain_tree(value: Any, where: str) -> None:
+    """A config is a tree: no mapping or list may appear twice (a shared object comes from a YAML alias, or a
+    caller's dict, and expands exponentially in every copy), none nests deeper than MAX_CONFIG_DEPTH and the
+    whole holds at most MAX_CONFIG_VALUES values. Checked in time linear in the distinct objects, before any
+    copy or walk that would expand a shared one; ConfigError naming the key."""
+    seen: dict[int, str] = {}
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    count = 0
+    while stack:
+        item, key, depth = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(f"{where}: more than {MAX_CONFIG_VALUES} values, too large to be a config")
+        if not isinstance(item, dict | list):
+            continue
+        if id(item) in seen:
+            raise ConfigError(
+                f"{where}: {key or '<top level>'} is the same object as {seen[id(item)] or '<top level>'} "
+                "(a YAML alias?): a config must be a plain tree"
+            )
+        seen[id(item)] = key
+        if depth >= MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{where}: {key} is nested more than {MAX_CONFIG_DEPTH} levels deep")
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for name, child in children:
+            child_key = f"{key}[{name}]" if isinstance(item, list) else f"{key}.{name}" if key else str(name)
+            stack.append((child, child_key, depth + 1))
 
 
 def _unique_json_keys(path: Path):

@@ -7,6 +7,7 @@ where Snakemake (or a person) would take it for a finished output.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -14,6 +15,31 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from prefpipe.common.config import UserError
+
+# errnos that mean "this output cannot be written here" (full disk or quota, read-only or forbidden folder, file
+# too large, a failing device): the user's to fix, so one line naming the file instead of a traceback.
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO}
+)
+
+
+class OutputError(UserError):
+    """An output could not be written (full disk, read-only folder...); the message names the file."""
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a write failure (WRITE_ERRNOS) inside the block into an OutputError naming `path` and the cause,
+    e.g. `results/data/pairs_train.jsonl: cannot write (No space left on device, ENOSPC)`."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        cause = f"{os.strerror(err.errno)}, {errno.errorcode[err.errno]}"
+        raise OutputError(f"{path}: cannot write ({cause})") from err
 
 
 def _umask() -> int:
@@ -54,28 +80,41 @@ def _tmp_sibling(path: Path, is_dir: bool) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+def _atomic(path: Path, is_dir: bool) -> Iterator[Path]:
+    """Yield a temp file or folder beside `path`; on success it (every entry of a folder) gets the umask-based
+    mode (output_mode) and replaces `path` in one rename; on failure it is removed and `path` is untouched."""
+    with writing(path):
+        tmp = _tmp_sibling(path, is_dir)
+    try:
+        with writing(path):
+            yield tmp
+            output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
+            if is_dir and path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+    finally:
+        if not is_dir:
+            tmp.unlink(missing_ok=True)
+        elif tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_file(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
     """Yield a temp file path beside `path` for a writer that wants a file name (pandas' to_parquet,
     safetensors' save_file); on success it gets the umask-based mode and replaces `path` in one rename."""
-    path = Path(path)
-    tmp = _tmp_sibling(path, is_dir=False)
-    try:
-        yield tmp
-        output_mode(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return _atomic(Path(path), is_dir=False)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write text to a temp file beside `path`, then rename it into place."""
     path = Path(path)
-    tmp = _tmp_sibling(path, is_dir=False)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing(path):
+        tmp = _tmp_sibling(path, is_dir=False)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return path
 
 
@@ -107,7 +146,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
 def iter_jsonl(path: str | os.PathLike, error: type[ValueError] = ValueError) -> Iterator[tuple[int, dict]]:
     """(line number, object) of each non-blank line of a JSON Lines file; a line that is not a JSON object
     raises `error` naming the file and line number."""
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a leading byte-order mark is not data
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -126,22 +165,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         return json.load(handle)
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
     """Yield a temp directory; on success every entry gets the umask-based mode (output_mode) and the folder
     replaces `path` (e.g. a saved model folder) in one rename."""
-    path = Path(path)
-    tmp = _tmp_sibling(path, is_dir=True)
-    try:
-        yield tmp
-        output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    return _atomic(Path(path), is_dir=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from prefpipe.common.determinism import cpu_kernel_facts
-from prefpipe.common.io import atomic_write_json, to_jsonable
-from prefpipe.common.secrets import redact, redact_argv
+from prefpipe.common.io import atomic_write_json, to_jsonable, writing
+from prefpipe.common.secrets import redact, redact_argv, redact_values
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,13 @@ class RunRecord:
         metrics_name: str = "metrics.jsonl",
     ) -> None:
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         self.stage = stage
         self.config = config
         self.start = time.time()
         self.metrics_path = self.out_dir / metrics_name
-        self.metrics_path.write_text("", encoding="utf-8")  # a rerun starts a fresh metrics file
+        with writing(self.metrics_path):
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.metrics_path.write_text("", encoding="utf-8")  # a rerun starts a fresh metrics file
         atomic_write_json(self.out_dir / "config.json", {"stage": stage, "config": redact(config)})
         atomic_write_json(
             self.out_dir / "versions.json",
@@ -106,17 +107,17 @@ class RunRecord:
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
-    def _init_wandb(self, wandb_cfg: dict[str, Any]):
+    def _init_wandb(self, wandb_settings: dict[str, Any]):
         """wandb as the run's settings say (settings.run.WandbSettings), named `wandb_name()`. A second
         record in one process finishes the previous run first (reinit="finish_previous", what the deprecated
         reinit=True meant)."""
-        if not wandb_cfg["enabled"]:
+        if not wandb_settings["enabled"]:
             return None
         import wandb
 
-        mode = wandb_cfg["mode"]
+        mode = wandb_settings["mode"]
         run = wandb.init(
-            project=wandb_cfg["project"],
+            project=wandb_settings["project"],
             name=self.wandb_name(),
             dir=str(self.out_dir),
             mode=mode,
@@ -137,8 +138,11 @@ class RunRecord:
     def log(self, step: int | None = None, **metrics: Any) -> None:
         """Append one row to metrics.jsonl as ONE write of a whole line: a signal or a kill never leaves half a
         line, and a failed write (full disk) is cut back to the last whole line before the error propagates."""
-        row = redact({"step": step, "time": round(time.time() - self.start, 4), **to_jsonable(metrics)})
-        append_line(self.metrics_path, json.dumps(row) + "\n")
+        row = redact_values(
+            {"step": step, "time": round(time.time() - self.start, 4), **to_jsonable(metrics)}
+        )
+        with writing(self.metrics_path):
+            append_line(self.metrics_path, json.dumps(row) + "\n")
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
 
@@ -156,7 +160,7 @@ class RunRecord:
         else:
             payload = {"stage": self.stage, **(summary or {})}
             atomic_write_json(self.out_dir / "timing.json", to_jsonable({**wall, **timing}))
-        payload = redact(to_jsonable(payload))
+        payload = redact_values(to_jsonable(payload))
         atomic_write_json(self.out_dir / name, payload)
         if self._wandb is not None:
             self._wandb.summary.update({k: v for k, v in payload.items() if isinstance(v, int | float)})

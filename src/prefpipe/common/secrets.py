@@ -17,10 +17,12 @@ from typing import Any
 from prefpipe.common.config import ConfigError
 
 REDACTED = "<redacted>"
-# Credential-shaped keys: "hub_token", "api_key", "wandb_secret", "password"... but not "tokenizer",
-# "max_new_tokens" or "pad_token_fix".
+# Keys of a config (or flags of a command line) that hold a credential: the whole key, or its last `_`/`-` part,
+# names one ("hub_token", "api_key", "wandb_secret", "password") -- but not "tokenizer", "max_new_tokens",
+# "pad_token_fix", "secretbench" or "password-reset". Only configs and command lines are redacted by key, and
+# only string values: in results, keys are data (benchmark and subset names) and are never judged by name.
 SECRET_KEY = re.compile(
-    r"(^|[_-])(token|api_?key|key|secret|password|passwd|auth|credentials?)$|secret|password",
+    r"(^|[_-])(token|api[_-]?key|secret|password|passwd|credentials?)$",
     re.IGNORECASE,
 )
 # Tokenizer fields named like credentials but holding a vocabulary token ("pad_token": "<pad>").
@@ -34,8 +36,11 @@ SECRET_VALUE = re.compile(
     r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
     r"|\bAKIA[0-9A-Z]{16}\b"
 )
+# `key=value` / `key: value` text whose key says credential and whose value looks like one: 16 or more
+# characters without spaces, letters and digits mixed ("token: the answer" or "password: reset" are prose).
 _KEY_VALUE = re.compile(
-    r"(?P<key>[\w-]*(?:token|api_?key|secret|password|passwd)[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s\"',}]+)",
+    r"(?P<key>[\w-]*(?:token|api_?key|secret|password|passwd)[\"']?\s*[=:]\s*[\"']?)"
+    r"(?P<value>(?=[^\s\"',}]*[0-9])(?=[^\s\"',}]*[A-Za-z])[^\s\"',}]{16,})",
     re.IGNORECASE,
 )
 
@@ -53,13 +58,26 @@ def redact_text(text: str) -> str:
     )
 
 
-def redact(value: Any) -> Any:
-    """A copy of `value` (mappings, lists, strings) with secret-keyed values and credential-shaped strings
-    replaced by <redacted>; numbers, booleans and None unchanged."""
+def redact(config: Any) -> Any:
+    """A copy of a config mapping with credential-shaped strings and the string values of credential keys
+    (SECRET_KEY) replaced by <redacted>; numbers, booleans and None unchanged."""
+    if isinstance(config, dict):
+        return {
+            k: (REDACTED if is_secret_key(k) and isinstance(v, str) else redact(v)) for k, v in config.items()
+        }
+    if isinstance(config, list | tuple):
+        return [redact(v) for v in config]
+    return redact_values(config)
+
+
+def redact_values(value: Any) -> Any:
+    """A copy of `value` (results: summaries, metrics rows) with credential-shaped strings replaced by
+    <redacted>. Keys are kept as they are and never judged: a benchmark `secretbench` or a subset `api-key`
+    is data."""
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_key(k) else redact(v)) for k, v in value.items()}
+        return {k: redact_values(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [redact_values(v) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -242,17 +243,59 @@ def make_ids_unique(rows: list[dict]) -> int:
     return renamed
 
 
+_KEPT_MARKS = frozenset("+-*/=<>^%#")  # operators and signs carry meaning: "4 - 2" is not "4 2"
+
+
+def content_key(text: str) -> str:
+    """Text as leakage is judged: Unicode-normalised (NFKC), case-folded, punctuation dropped (except the
+    marks above, and a decimal point or comma between digits) and whitespace collapsed, so a copy that only
+    differs in case, spacing or punctuation is still a copy."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    kept = []
+    for i, char in enumerate(text):
+        in_number = char in ".," and 0 < i < len(text) - 1 and text[i - 1].isdigit() and text[i + 1].isdigit()
+        drop = unicodedata.category(char).startswith("P") and char not in _KEPT_MARKS and not in_number
+        kept.append(" " if drop else char)
+    return " ".join("".join(kept).split())
+
+
+def pair_key(row: dict) -> tuple[str, str, str]:
+    """A preference pair's content (prompt, chosen, rejected) as content_key sees it."""
+    return content_key(row["prompt"]), content_key(row["chosen"]), content_key(row["rejected"])
+
+
 def train_test_overlap(train: Iterable[dict], test: Iterable[dict]) -> dict[str, int]:
-    """Test rows that share a prompt (case and whitespace folded) or an id with a training row: a held-out
-    score is only held out to the extent these are 0 (counted and reported in the data summary)."""
+    """Test rows that repeat a training pair's content (`repeated_pairs`), share a prompt (`prompts`) or an
+    id (`ids`) with a training row, text compared by content_key: a held-out score is only held out to the
+    extent these are 0 (counted in the data summary; repeated pairs are refused above
+    data.max_overlap_share, see check_overlap)."""
     train = list(train)
-    prompts = {" ".join(row["prompt"].casefold().split()) for row in train}
+    prompts = {content_key(row["prompt"]) for row in train}
+    pairs = {pair_key(row) for row in train}
     ids = {row["id"] for row in train}
     test = list(test)
     return {
-        "prompts": sum(" ".join(row["prompt"].casefold().split()) in prompts for row in test),
+        "repeated_pairs": sum(pair_key(row) in pairs for row in test),
+        "prompts": sum(content_key(row["prompt"]) in prompts for row in test),
         "ids": sum(row["id"] in ids for row in test),
     }
+
+
+def prompt_overlap(train: Iterable[dict], heldout: Iterable[dict]) -> int:
+    """Held-out rows whose prompt repeats a training prompt (content_key)."""
+    prompts = {content_key(row["prompt"]) for row in train}
+    return sum(content_key(row["prompt"]) in prompts for row in heldout)
+
+
+def check_overlap(count: int, total: int, max_share: float, what: str, where: str) -> None:
+    """DataError when more than `max_share` of `total` held-out items (`what`) repeat training ones: scores
+    on them would be training scores reported as held-out ones."""
+    if total and count / total > max_share:
+        raise DataError(
+            f"{where}: {count} of {total} {what} ({count / total:.1%}) repeat training data after case, "
+            f"whitespace and punctuation folding, above data.max_overlap_share ({max_share}): a held-out score "
+            "would be a training score; use disjoint data or raise data.max_overlap_share"
+        )
 
 
 def subset_counts(rows: Iterable[dict]) -> dict[str, int]:

@@ -12,6 +12,7 @@ CHOSEN_LONGER = "chosen_longer"
 CHOSEN_SHORTER = "chosen_shorter"
 EQUAL_LENGTH = "equal"
 LENGTH_BUCKETS = (CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH)
+LENGTH_MEASURE = "characters"  # what response_length counts (summaries record it as length_measure)
 
 
 def response_length(text: str) -> int:

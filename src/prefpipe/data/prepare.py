@@ -11,7 +11,7 @@ from typing import Any
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.data.normalize import train_test_overlap
+from prefpipe.data.normalize import check_overlap, prompt_overlap, train_test_overlap
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
@@ -89,6 +89,7 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
     """Generate or load every asked file into `out`; return the summary (also written by the caller's record)."""
     parts = world_parts(settings)
     world, report, prompts_report = _load(settings, parts)
+    overlap = _check_leakage(settings, world, report)
     present = {r["subset"] for r in world.pairs_train} | {r["subset"] for r in world.pairs_test}
     sections, cyclic = settings.sections, settings.cyclic_subsets
     unmapped = check_sections(sections, cyclic, present, strict=settings.source == "synthetic")
@@ -97,7 +98,25 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
     rows = {name: getattr(world, name) for name in output_files(settings)}
     for name, file_rows in rows.items():
         write_jsonl(out / f"{name}.jsonl", file_rows)
-    return _summary(settings, world, parts, rows, unmapped, report, prompts_report)
+    return _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
+
+
+def _check_leakage(settings: DataSettings, world: World, report: dict[str, Any] | None) -> dict[str, Any]:
+    """Test pairs that repeat a training pair and held-out RL prompts that repeat a training prompt (normalised
+    text), refused above data.max_overlap_share for data read from files or the hub, before anything is
+    written. The synthetic world's own overlap is only counted. Returns the summary's train_test_overlap."""
+    pairs = (
+        report["train_test_overlap"] if report else train_test_overlap(world.pairs_train, world.pairs_test)
+    )
+    prompts = prompt_overlap(world.rl_prompts_train, world.rl_prompts_heldout)
+    share = settings.max_overlap_share
+    if settings.source != "synthetic":
+        where = f"data.external ({settings.external.test_split or settings.external.path})"
+        check_overlap(pairs["repeated_pairs"], len(world.pairs_test), share, "test pairs", where)
+    if settings.prompts.source != "synthetic":
+        where = f"data.prompts ({settings.prompts.test_path or settings.prompts.path})"
+        check_overlap(prompts, len(world.rl_prompts_heldout), share, "held-out RL prompts", where)
+    return {"pairs": pairs, "rl_prompts": prompts}
 
 
 def _summary(
@@ -108,6 +127,7 @@ def _summary(
     unmapped: list[str],
     report: dict[str, Any] | None,
     prompts_report: dict[str, Any],
+    overlap: dict[str, Any],
 ) -> dict[str, Any]:
     """summary.json: the files written, what was built, subsets, sections, demonstrations, RL prompts and the
     train/test overlap (key order is the file's)."""
@@ -146,13 +166,13 @@ def _summary(
         summary["external"] = report
     if "uncertainty" in world.stats:
         summary["uncertainty_world"] = world.stats["uncertainty"]
-    # Leakage check, whatever the source: test pairs sharing a prompt or id with training pairs, and held-out
-    # RL prompts that repeated a training prompt (dropped by rl_prompts; the synthetic world has none).
+    # Leakage, whatever the source (_check_leakage): test pairs repeating a training pair or sharing a prompt or
+    # id with one; held-out RL prompts that repeated a training prompt (dropped by rl_prompts) and that still
+    # repeat one after punctuation folding (refused above data.max_overlap_share).
     summary["train_test_overlap"] = {
-        "pairs": report["train_test_overlap"]
-        if report is not None
-        else train_test_overlap(world.pairs_train, world.pairs_test),
+        "pairs": overlap["pairs"],
         "rl_prompts_dropped": prompts_report.get("heldout", {}).get("overlap_dropped", 0),
+        "rl_prompts": overlap["rl_prompts"],
     }
     return summary
 

@@ -12,10 +12,8 @@ counted (`overlap_dropped`). Bad rows follow `data.bad_rows` (error: file and ro
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from prefpipe.common.config import DataError
@@ -82,9 +80,7 @@ def _read(
     settings: PromptSourceSettings, key: str, path: str, split: str, bad_rows: str
 ) -> tuple[list[dict], dict]:
     """Rows of one file or split, and what was read, kept and dropped (by reason)."""
-    if settings.source != "hf" and not Path(os.path.expanduser(path)).is_file():
-        raise FileNotFoundError(f"data.prompts.{key}: {settings.source} file {path!r} does not exist")
-    where, records = open_records(settings.source, path, split)
+    where, records = open_records(settings.source, path, split, key=f"data.prompts.{key}")
     rows, dropped, seen_ids = [], Counter(), set()
     n_read = 0
     record: RawRecord

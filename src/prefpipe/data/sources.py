@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from prefpipe.common.config import ConfigError, DataError
 from prefpipe.data.normalize import (
     RawRecord,
     detect_format,
+    guess_format,
     make_ids_unique,
     normalize_records,
     subset_counts,
@@ -46,7 +48,8 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     with open(path, "rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
             try:
-                line = raw.decode("utf-8")
+                # utf-8-sig on the first line: a byte-order mark (editors on Windows write one) is not data
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 raise DataError(
                     f"{path}: line {line_no}: not UTF-8 text ({err.reason} at byte {err.start} of the line)"
@@ -64,7 +67,7 @@ def iter_jsonl(path: Path) -> Iterator[RawRecord]:
 def iter_json(path: Path) -> Iterator[RawRecord]:
     """A JSON file holding one list of rows (numbered from 1)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:  # -sig: a leading byte-order mark is not data
             data = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not a valid JSON file ({err})") from err
@@ -130,17 +133,56 @@ def iter_hf(path: str, split: str, cache_dir: str | None = None) -> Iterator[Raw
         yield RawRecord(number, value)
 
 
+def check_data_file(file: Path, key: str) -> None:
+    """A DataError naming `key` and the file unless `file` is a non-empty regular file: a missing path, a
+    folder, a FIFO (which would block the read forever), a socket or device, an empty file and a path that
+    cannot be looked at are each named as what they are."""
+    try:
+        info = file.stat()
+    except FileNotFoundError:
+        raise DataError(f"{key}: {file}: does not exist") from None
+    except OSError as err:
+        raise DataError(f"{key}: {file}: cannot be read ({err.strerror or err})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise DataError(f"{key}: {file}: is a directory, not a data file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket or device"
+        raise DataError(f"{key}: {file}: is {kind}, not a regular file")
+    if info.st_size == 0:
+        raise DataError(f"{key}: {file}: is empty (0 bytes)")
+
+
+def _read_guarded(records: Iterator[RawRecord], file: Path, key: str) -> Iterator[RawRecord]:
+    """`records` with an OSError while opening or reading (permissions, an I/O error) as one DataError naming
+    the key, the file and the last row read."""
+    number = 0
+    try:
+        for record in records:
+            number = record.number
+            yield record
+    except OSError as err:
+        where = f" after row {number}" if number else ""
+        raise DataError(f"{key}: {file}: cannot be read{where} ({err.strerror or err})") from None
+    except DataError as err:  # a line that is not UTF-8, a JSON file that does not parse
+        raise _keyed(key, err) from None
+
+
+def _keyed(key: str, err: DataError) -> DataError:
+    """`err` with the config key leading its message (once)."""
+    return err if str(err).startswith(key) else DataError(f"{key}: {err}")
+
+
 def open_records(
-    source: str, path: str, split: str, cache_dir: str | None = None
+    source: str, path: str, split: str, cache_dir: str | None = None, key: str = "data.external.path"
 ) -> tuple[str, Iterator[RawRecord]]:
-    """(name used in messages, records) for one file or one dataset split."""
+    """(name used in messages, records) for one file or one dataset split; `key` is the config key that names
+    it, for the messages of check_data_file and _read_guarded."""
     if source == "hf":
         return f"{path} [split {split}]", iter_hf(path, split, cache_dir)
     file = Path(os.path.expanduser(path))
-    if not file.is_file():
-        raise FileNotFoundError(f"data.external.path: {source} file {str(file)!r} does not exist")
+    check_data_file(file, key)
     readers = {"jsonl": iter_jsonl, "json": iter_json, "parquet": iter_parquet}
-    return str(file), readers[source](file)
+    return str(file), _read_guarded(readers[source](file), file, key)
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -155,20 +197,45 @@ def read_pairs(
     subset_name: str,
     max_rows: int | None = None,
     cache_dir: str | None = None,
+    key: str = "data.external.path",
 ) -> tuple[list[dict], dict]:
-    """Read one file or split and normalise it; ids are NOT yet made unique (the caller does that once)."""
-    where, records = open_records(source, path, split, cache_dir)
+    """Read one file or split and normalise it; ids are NOT yet made unique (the caller does that once).
+    `key` is the config key that names the file, for the messages."""
+    where, records = open_records(source, path, split, cache_dir, key)
     if fmt == "auto":
         head = list(itertools.islice(records, DETECT_ROWS))
-        fmt = detect_format([record.value for record in head if record.error is None], where)
+        if not head:
+            raise DataError(f"{key}: {where}: holds no rows (only blank lines)")
+        values = [record.value for record in head if record.error is None]
+        if not any(guess_format(value) for value in values):
+            raise DataError(f"{key}: {where}: {_shape_note(head)}")
+        fmt = detect_format(values, where)
         records = itertools.chain(head, records)
-    rows, report = normalize_records(records, where, fmt, bad_rows, subset_name, max_rows)
+    try:
+        rows, report = normalize_records(records, where, fmt, bad_rows, subset_name, max_rows)
+    except DataError as err:  # a bad row in "error" mode
+        raise _keyed(key, err) from None
     n_dropped = sum(report["dropped"].values())
     log.info("%s: format %s, %d rows read, %d kept", where, fmt, report["rows_in"], report["kept"])
     if n_dropped:
         reasons = {reason: n for reason, n in report["dropped"].items() if n}
         log.warning("%s: dropped %d bad rows: %s", where, n_dropped, reasons)
     return rows, report
+
+
+def _shape_note(head: list[RawRecord]) -> str:
+    """Why no row of `head` looks like a preference pair, told by its first row: its line, and each field
+    with its type (numbers where strings belong, say)."""
+    first = head[0]
+    if first.error is not None:
+        return f"row {first.number}: {first.error}"
+    if not isinstance(first.value, dict):
+        return f"row {first.number}: a {type(first.value).__name__}, not an object with chosen/rejected"
+    fields = ", ".join(f"{name} ({type(value).__name__})" for name, value in list(first.value.items())[:6])
+    return (
+        f"row {first.number}: no row looks like a preference pair (fields {fields or 'none'}; chosen and "
+        "rejected must be strings, or message lists)"
+    )
 
 
 def _split_key(seed: int, prompt: str) -> str:
@@ -230,7 +297,9 @@ def load_external_pairs(
         "max_rows": settings["max_rows"],
         "cache_dir": settings["cache_dir"],
     }
-    train, train_report = read_pairs(path=settings["path"], split=settings["split"], **common)
+    train, train_report = read_pairs(
+        path=settings["path"], split=settings["split"], key="data.external.path", **common
+    )
     reads = [train_report]
     if settings["test_split"] is not None:
         test_path, test_split = (
@@ -238,7 +307,9 @@ def load_external_pairs(
             if settings["source"] == "hf"
             else (settings["test_split"], settings["split"])
         )
-        test, test_report = read_pairs(path=test_path, split=test_split, **common)
+        test, test_report = read_pairs(
+            path=test_path, split=test_split, key="data.external.test_split", **common
+        )
         reads.append(test_report)
     else:
         train, test = split_held_out(train, settings["test_fraction"], seed)
@@ -257,14 +328,27 @@ def load_external_pairs(
             overlap["ids"],
         )
     duplicate_ids = make_ids_unique(train + test)
-    report = {
+    return train, test, _pairs_report(settings, reads, train, test, duplicate_ids, overlap)
+
+
+def _pairs_report(
+    settings: dict[str, Any],
+    reads: list[dict],
+    train: list[dict],
+    test: list[dict],
+    duplicate_ids: int,
+    overlap: dict[str, int],
+) -> dict[str, Any]:
+    """What load_external_pairs read, kept and dropped over its reads (the training file's first)."""
+    first = reads[0]
+    return {
         "source": settings["source"],
         "path": settings["path"],
-        "format": train_report["format"],
+        "format": first["format"],
         "test_from": "test_split" if settings["test_split"] is not None else "test_fraction",
         "rows_in": sum(r["rows_in"] for r in reads),
         "kept": sum(r["kept"] for r in reads),
-        "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in train_report["dropped"]},
+        "dropped": {reason: sum(r["dropped"][reason] for r in reads) for reason in first["dropped"]},
         "duplicate_ids": duplicate_ids,
         "train_test_overlap": overlap,
         "train": len(train),
@@ -272,7 +356,6 @@ def load_external_pairs(
         "subsets": {"train": subset_counts(train), "test": subset_counts(test)},
         "reads": reads,
     }
-    return train, test, report
 
 
 def load_benchmark_rows(

@@ -50,16 +50,13 @@ def subset_stats(subsets: Sequence[str], correct: Sequence[bool]) -> dict[str, d
         bucket = counts.setdefault(subset, [0, 0])
         bucket[0] += int(bool(ok))
         bucket[1] += 1
-    stats = {}
-    for subset, (n_correct, n) in counts.items():
-        acc = n_correct / n
-        stats[subset] = {
-            "accuracy": acc,
-            "n": n,
-            "n_correct": n_correct,
-            "stderr": math.sqrt(acc * (1 - acc) / n),
-        }
-    return stats
+    return {subset: subset_entry(n_correct, n) for subset, (n_correct, n) in counts.items()}
+
+
+def subset_entry(n_correct: int, n: int) -> dict[str, Any]:
+    """One subset's {accuracy, n, n_correct, stderr}: the stderr is the binomial sqrt(acc (1 - acc) / n)."""
+    acc = n_correct / n
+    return {"accuracy": acc, "n": n, "n_correct": n_correct, "stderr": math.sqrt(acc * (1 - acc) / n)}
 
 
 def section_scores(

@@ -59,12 +59,21 @@ def is_local_file_source(source: str) -> bool:
 
 
 def _check_local_file(name: str, source: str) -> None:
-    if is_local_file_source(source) and not Path(source).is_file():
+    if is_local_file_source(source) and not Path(source).exists():  # a folder or FIFO: open_records says so
         raise BenchmarkDataError(
             f"eval.benchmarks.{name}: benchmark file {source!r} does not exist "
             f"(resolved from {Path.cwd()} to {Path(source).resolve()}); relative paths are taken from the "
             "workflow root"
         )
+
+
+def _key(name: str) -> str:
+    return f"eval.benchmarks.{name}.source"
+
+
+def _keyed(name: str, err: Exception) -> str:
+    """The error's message led by the benchmark's config key (once: the data reader may have named it)."""
+    return str(err) if str(err).startswith(f"eval.benchmarks.{name}") else f"eval.benchmarks.{name}: {err}"
 
 
 def _source_kind(source: str) -> str:
@@ -84,10 +93,10 @@ def _read_source(
     _check_local_file(name, source)
     try:
         # Rows without a subset (an HH-style test file) form one subset named after the benchmark.
-        rows, report = read_pairs(_source_kind(source), source, split, "auto", bad_rows, name)
+        rows, report = read_pairs(_source_kind(source), source, split, "auto", bad_rows, name, key=_key(name))
     except (ValueError, FileNotFoundError) as err:
         # a bad row in "error" mode, an unreadable file or a hub failure: name the config key too
-        raise BenchmarkDataError(f"eval.benchmarks.{name}: {err}") from err
+        raise BenchmarkDataError(_keyed(name, err)) from err
     report["duplicate_ids"] = make_ids_unique(rows)
     report["source"] = _source_kind(source)
     return list(rows), dict(report), source
@@ -112,10 +121,10 @@ def detect_format(name: str, source: str, fmt: str, split: str) -> str:
         return KNOWN_HUB_DATASETS[source][0]
     _check_local_file(name, source)
     try:
-        _, records = open_records(_source_kind(source), source, split)
+        _, records = open_records(_source_kind(source), source, split, key=_key(name))
         head = [r.value for r in itertools.islice(records, DETECT_ROWS) if r.error is None]
     except (ValueError, FileNotFoundError) as err:
-        raise BenchmarkDataError(f"eval.benchmarks.{name}: {err}") from err
+        raise BenchmarkDataError(_keyed(name, err)) from err
     return REWARDBENCH2 if any(_is_option_list(row) for row in head) else PAIRS
 
 
@@ -131,10 +140,10 @@ def load_rewardbench2(name: str, source: str, split: str, bad_rows: str) -> tupl
         raise BenchmarkDataError(f"data.bad_rows must be 'drop' or 'error', got {bad_rows!r}")
     _check_local_file(name, source)
     try:
-        where, records = open_records(_source_kind(source), source, split)
+        where, records = open_records(_source_kind(source), source, split, key=_key(name))
         records = list(records)
     except (ValueError, FileNotFoundError) as err:
-        raise BenchmarkDataError(f"eval.benchmarks.{name}: {err}") from err
+        raise BenchmarkDataError(_keyed(name, err)) from err
     dropped: Counter[str] = Counter()
     kept: list[dict] = []
     seen: set[str] = set()

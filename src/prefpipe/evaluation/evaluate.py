@@ -22,11 +22,13 @@ from typing import Any
 import pandas as pd
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.io import atomic_write_json
+from prefpipe.common.io import atomic_write_json, read_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.secrets import redact
+from prefpipe.common.secrets import redact_values
 from prefpipe.common.seeding import seed_everything
+from prefpipe.data.normalize import check_overlap, prompt_overlap
 from prefpipe.evaluation.bench_data import (
+    DATA_STAGE_SOURCES,
     REWARDBENCH2,
     SYNTHETIC,
     detect_format,
@@ -144,7 +146,7 @@ def evaluate_model(
     for name, benchmark in loaded.items():
         frame, summary, timing[name] = _score_benchmark(model, settings, name, benchmark, device)
         write_parquet_atomic(frame, out_dir / name / "per_example.parquet")
-        atomic_write_json(out_dir / name / "summary.json", redact(summary))
+        atomic_write_json(out_dir / name / "summary.json", redact_values(summary))
         frames.append(frame.assign(benchmark=name))
         per_benchmark[name] = summary
         record.log(
@@ -166,6 +168,27 @@ def evaluate_model(
     return top
 
 
+def _check_training_overlap(
+    name: str,
+    bench: BenchmarkSettings,
+    rows: list[dict],
+    report: dict,
+    settings: EvalSettings,
+    data_dir: str | Path,
+) -> None:
+    """A benchmark from outside the data stage whose prompts repeat training prompts (normalised text) scores
+    the model on what it was trained on: counted in the load report, refused above data.max_overlap_share.
+    The data stage's own test pairs are judged by prep_data; without a pairs_train.jsonl nothing is known."""
+    train_file = Path(data_dir) / "pairs_train.jsonl"
+    if bench.source in DATA_STAGE_SOURCES or not train_file.is_file():
+        return
+    report["train_prompt_overlap"] = prompt_overlap(read_jsonl(train_file), rows)
+    where = f"eval.benchmarks.{name} ({bench.source})"
+    check_overlap(
+        report["train_prompt_overlap"], len(rows), settings.data.max_overlap_share, "benchmark prompts", where
+    )
+
+
 def _load(
     name: str, bench: BenchmarkSettings, settings: EvalSettings, data_dir: str | Path
 ) -> tuple[list[dict], dict[str, Any], str, SectionTable | None]:
@@ -174,8 +197,10 @@ def _load(
     fmt = detect_format(name, bench.source, bench.format, split)
     if fmt == REWARDBENCH2:
         rows, report = load_rewardbench2(name, bench.source, split, settings.data.bad_rows)
+        _check_training_overlap(name, bench, rows, report, settings, data_dir)
         return rows, report, fmt, None
     rows, report = load_benchmark(name, bench.source, data_dir, split, settings.data.bad_rows)
+    _check_training_overlap(name, bench, rows, report, settings, data_dir)
     sections = bench.sections
     if sections is None:  # automatic
         if bench.source == SYNTHETIC:

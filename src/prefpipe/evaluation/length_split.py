@@ -7,7 +7,8 @@ file (../shared/data/hh_rlhf_helpful_test.jsonl) "longer wins" by characters rep
 The baseline here counts ties as wrong, like RewardBench (`accuracy`), and also reports the ties-half figure
 (`accuracy_ties_half`) the README quotes. Intervals are Wilson 95% intervals.
 
-The summary keys are the constants below (the report imports them):
+The summary keys are the constants below and the length groups of prefpipe.data.pair_length (the report
+imports them from there):
     length_split: {chosen_longer: {n, accuracy, ci95: [lo, hi]}, chosen_shorter: {...}, equal: {...}}
     longer_pick_rate, longer_pick_n, longer_pick_ci95
     longer_wins_baseline: {accuracy, ci95, accuracy_ties_half, n, by_section: {section: {accuracy,
@@ -22,22 +23,19 @@ from typing import Any
 import numpy as np
 
 from prefpipe.common.stats import wilson_interval
+from prefpipe.data.pair_length import (
+    CHOSEN_LONGER,
+    CHOSEN_SHORTER,
+    EQUAL_LENGTH,
+    LENGTH_MEASURE,
+    response_length,
+)
 
 LENGTH_SPLIT_KEY = "length_split"
-CHOSEN_LONGER = "chosen_longer"
-CHOSEN_SHORTER = "chosen_shorter"
-EQUAL_LENGTH = "equal"
-LENGTH_BUCKETS = (CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH)
 LONGER_PICK_RATE_KEY = "longer_pick_rate"
 LONGER_PICK_N_KEY = "longer_pick_n"
 LONGER_PICK_CI_KEY = "longer_pick_ci95"
 LONGER_WINS_BASELINE_KEY = "longer_wins_baseline"
-LENGTH_MEASURE = "characters"
-
-
-def response_length(text: str) -> int:
-    """A response's length in characters (the measure that reproduces the HH data README's baseline)."""
-    return len(text)
 
 
 def _rate(hits: int, n: int) -> dict[str, Any]:

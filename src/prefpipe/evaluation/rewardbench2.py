@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from prefpipe.common.config import DataError
+from prefpipe.evaluation.accuracy_summary import subset_entry
 from prefpipe.evaluation.pair_scoring import PairScorer, PairScores, encode_sequences
 
 SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
@@ -234,14 +235,7 @@ def summarize_rows(rows: Sequence[dict], scores: OptionScores) -> dict[str, Any]
             )
             subsets[name] = {"accuracy": ties["score"], "n": n, "n_correct": None, "stderr": None}
             continue
-        n_correct = sum(row_correct(scores.matrices[i]) for i in indices)
-        acc = n_correct / n
-        subsets[name] = {
-            "accuracy": acc,
-            "n": n,
-            "n_correct": n_correct,
-            "stderr": math.sqrt(acc * (1 - acc) / n),
-        }
+        subsets[name] = subset_entry(sum(row_correct(scores.matrices[i]) for i in indices), n)
     sections = {name: _own_section(name, v) for name, v in subsets.items()}
     used = [v for v in sections.values() if v["score"] is not None]
     overall = sum(v["score"] for v in used) / len(used) if used else None

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from prefpipe.common.config import ConfigError
+from prefpipe.settings.sections import subset_sections
 
 CORE_SECTIONS = ("chat", "chat_hard", "safety", "reasoning")
 PRIOR_SECTION = "prior_sets"
@@ -177,16 +178,13 @@ def build_section_table(
     cyclic = frozenset(cyclic_subsets or ())
 
     config_map: dict[str, tuple[str, ...]] = {}
-    seen: dict[str, str] = {}
     for section, subsets in (config_sections or {}).items():
         if isinstance(subsets, str) or not isinstance(subsets, Iterable):
             raise ConfigError(f"data.sections.{section} must be a list of subset names, got {subsets!r}")
-        subsets = tuple(subsets)
+        config_map[section] = tuple(subsets)
+    subset_sections(config_map, "data.sections")  # a subset under two sections
+    for section, subsets in config_map.items():
         for subset in subsets:
-            if subset in seen and seen[subset] != section:
-                raise ConfigError(
-                    f"data.sections: subset {subset!r} is listed under both {seen[subset]!r} and {section!r}"
-                )
             if subset in official_section and official_section[subset] != section:
                 raise ConfigError(
                     f"data.sections.{section}: {subset!r} is an official RewardBench subset of section "
@@ -198,8 +196,6 @@ def build_section_table(
                 )
             if subset in cyclic:
                 raise ConfigError(f"data.sections.{section}: {subset!r} is also in data.cyclic_subsets")
-            seen[subset] = section
-        config_map[section] = subsets
 
     families = {
         **_official_families(official),
@@ -230,14 +226,7 @@ def _official_families(official: Mapping[str, Mapping[str, float]]) -> dict[str,
 
 def custom_section_table(sections: Mapping[str, Iterable[str]], where: str) -> SectionTable:
     """A benchmark's own section -> subsets map (row-count weights, no cyclic sets); `{}` means no sections."""
-    seen: dict[str, str] = {}
-    for section, subsets in sections.items():
-        for subset in subsets:
-            if subset in seen:
-                raise ConfigError(
-                    f"{where}.sections: subset {subset!r} is listed under both {seen[subset]!r} and {section!r}"
-                )
-            seen[subset] = section
+    subset_sections(sections, f"{where}.sections")  # a subset under two sections
     families = {"benchmark": {sec: tuple(subsets) for sec, subsets in sections.items()}} if sections else {}
     return SectionTable(families=families, fixed_weights={}, cyclic=frozenset())
 

@@ -184,27 +184,27 @@ class ExportedRewardModel:
 
     # ------------------------------------------------------------------ features -> encodings
     def _head(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        w, cfg = self.head, self.config
+        w, head_config = self.head, self.config
         h, h_prompt = h.float(), h_prompt.float()
         if "input_norm.mean" in w:
             h = (h - w["input_norm.mean"]) * w["input_norm.inv_sd"]
-        if cfg["head_type"] == "bt":
+        if head_config["head_type"] == "bt":
             return {"reward": F.linear(h, w["value_head.weight"], w["value_head.bias"]).squeeze(-1)}
         out = F.linear(h, w["value_head.weight"])
-        k = cfg["dim"] // 2
+        k = head_config["dim"] // 2
         if "gate.prompt_head.weight" in w:
-            logits = F.linear(h_prompt, w["gate.prompt_head.weight"]) / math.sqrt(cfg["prompt_size"])
+            logits = F.linear(h_prompt, w["gate.prompt_head.weight"]) / math.sqrt(head_config["prompt_size"])
             gate = F.softmax(logits, dim=-1) * k
         else:
             gate = h_prompt.new_ones(h_prompt.shape[0], k)
-        if cfg["head_type"] == "gpm":
-            emb = F.normalize(out, p=2, dim=-1) if cfg["normalize"] else out
+        if head_config["head_type"] == "gpm":
+            emb = F.normalize(out, p=2, dim=-1) if head_config["normalize"] else out
             return {"embedding": emb, "gate": gate}
-        raw_mean, logvar = out.split(cfg["dim"], dim=-1)
+        raw_mean, logvar = out.split(head_config["dim"], dim=-1)
         if "logvar_bias" in w:
             logvar = logvar + w["logvar_bias"]
-        logvar = logvar.clamp(*cfg["logvar_clamp"])
-        mean = F.normalize(raw_mean, p=2, dim=-1) if cfg["normalize"] else raw_mean
+        logvar = logvar.clamp(*head_config["logvar_clamp"])
+        mean = F.normalize(raw_mean, p=2, dim=-1) if head_config["normalize"] else raw_mean
         return {"mean": mean, "var": logvar.exp(), "gate": gate}
 
     @torch.inference_mode()

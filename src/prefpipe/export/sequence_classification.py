@@ -25,7 +25,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICA
 
 from prefpipe.common.chat import reply_end
 from prefpipe.export.common import export_tokenizer, plain_backbone
-from prefpipe.reward.heads import RewardHead
+from prefpipe.reward.heads.base import RewardHead
 from prefpipe.reward.model import RewardModel
 
 # The reward config that trains an exportable BT model (the refusal names it).

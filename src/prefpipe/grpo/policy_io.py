@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
 from prefpipe.common.model_errors import model_load
+from prefpipe.common.transformers_api import get_peft_model, load_peft_adapter
 from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -45,7 +46,7 @@ def load_policy(
     with model_load(path, "policy"):
         model, tokenizer, state = _load(path, torch_dtype)
     if state == "none" and lora is not None and lora.enabled:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
 
         config = LoraConfig(
             r=lora.r,
@@ -61,11 +62,9 @@ def load_policy(
 def _load(path: str | os.PathLike, torch_dtype: torch.dtype):
     """(model, tokenizer, "trained" for an adapter folder else "none"), on the CPU."""
     if is_adapter_folder(path):
-        from peft import PeftModel
-
         base_path = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
-        model = PeftModel.from_pretrained(base, str(path), is_trainable=True)
+        model = load_peft_adapter(base, str(path), is_trainable=True)
         has_tokenizer = (Path(path) / "tokenizer_config.json").exists()
         tokenizer = load_tokenizer(path if has_tokenizer else base_path)
         return model, tokenizer, "trained"

@@ -12,7 +12,7 @@ and counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,7 +28,9 @@ class GenerationSettings:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off, so sampling follows the temperature-scaled distribution exactly
     do_sample: bool = True
-    fast: bool = True  # the run's fast_paths: grpo/fast/decode.py, else the plain loop of grpo/sampling.py
+    # The run's fast_paths (no default here: its one owner is config.yaml, so every caller passes it):
+    # grpo/fast/decode.py, else the plain loop of grpo/sampling.py.
+    fast: bool = field(kw_only=True)
 
 
 @dataclass

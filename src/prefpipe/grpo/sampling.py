@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from prefpipe.common.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.logprobs import position_ids_from_mask
 
 
@@ -70,7 +71,7 @@ def prefill(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = first.past_key_values
+    cache = output_cache(first)
     if group_size > 1:
         cache.batch_repeat_interleave(group_size)
     logits = first.logits[:, -1, :].repeat_interleave(group_size, dim=0)
@@ -88,10 +89,9 @@ def forward_step(
         input_ids=token.unsqueeze(-1),
         attention_mask=attn,
         position_ids=next_pos.unsqueeze(-1),
-        past_key_values=cache,
-        use_cache=True,
+        **cache_kwargs(model, cache),
     )
-    return out.logits[:, -1, :], attn, next_pos + 1, out.past_key_values
+    return out.logits[:, -1, :], attn, next_pos + 1, output_cache(out)
 
 
 @torch.no_grad()

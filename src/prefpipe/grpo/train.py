@@ -23,7 +23,7 @@ from prefpipe.common.seeding import seed_everything
 from prefpipe.generation.rl_prompts import has_answers, load_rl_prompts
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_io import load_policy, save_policy
-from prefpipe.grpo.rewards import answer_reward_keys, build_rewards
+from prefpipe.grpo.rewards import WeightedReward, answer_reward_keys, build_rewards
 from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer
 from prefpipe.settings.build import to_mapping
@@ -44,35 +44,45 @@ def run(settings: GrpoSettings, args: argparse.Namespace) -> None:
     log.info("done: %d steps, %.2f s/step", summary["steps"], summary["seconds_per_step"] or 0.0)
 
 
-def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
-    out = Path(args.out)
-    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_train.jsonl")
+def _train_prompts(settings: GrpoSettings, data: str) -> tuple[list[dict], dict[str, int]]:
+    """The RL training prompts and the skipped-row counts; ConfigError when a reward needs answers they lack."""
+    rows, skipped = load_rl_prompts(Path(data) / "rl_prompts_train.jsonl")
     needs_answers = answer_reward_keys(settings.rewards)
     if needs_answers and not has_answers(rows):
         raise ConfigError(
             f"{', '.join(needs_answers)} of run {settings.run!r} needs prompt answers, but the RL prompts have none "
             "(data.prompts.verifier: none): use reward_model (or format) rewards only"
         )
-    dp = DataParallel()  # under `accelerate launch`: one process per GPU (or gloo processes on CPU)
-    policy, tokenizer, lora_state = load_policy(
-        args.policy, settings.lora, settings.dtype, dp.device(settings.device)
-    )
+    return rows, skipped
+
+
+def _rewards(
+    settings: GrpoSettings, reward_model_dir: str | None, device: torch.device
+) -> list[WeightedReward]:
+    """The run's weighted rewards, with its reward model loaded on `device` when a reward reads one."""
     reward_model = None
     if settings.uses_reward_model():
         from prefpipe.reward.model import load_reward_model
 
-        reward_model = load_reward_model(
-            args.reward_model, device=str(next(policy.parameters()).device), fast_paths=settings.fast_paths
-        )
-    rewards = build_rewards(settings.rewards, reward_model)
+        reward_model = load_reward_model(reward_model_dir, device=str(device), fast_paths=settings.fast_paths)
+    return build_rewards(settings.rewards, reward_model)
 
-    cfg_dict = to_mapping(settings)
+
+def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
+    out = Path(args.out)
+    rows, skipped = _train_prompts(settings, args.data)
+    dp = DataParallel()  # under `accelerate launch`: one process per GPU (or gloo processes on CPU)
+    policy, tokenizer, lora_state = load_policy(
+        args.policy, settings.lora, settings.dtype, dp.device(settings.device)
+    )
+    rewards = _rewards(settings, args.reward_model, next(policy.parameters()).device)
+    settings_map = to_mapping(settings)
     run_fp = run_fingerprint(
-        cfg_dict,
+        settings_map,
         {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
-    record = RunRecord(out, "train_grpo", cfg_dict) if dp.is_main else None
+    record = RunRecord(out, "train_grpo", settings_map) if dp.is_main else None
     trainer = GRPOTrainer(settings, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp, dp)
     trainer.policy_source = str(args.policy)
     log.info(

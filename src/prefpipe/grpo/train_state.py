@@ -14,6 +14,7 @@ import torch
 
 from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.io import atomic_write_json, read_json
+from prefpipe.grpo.master_weights import MasterWeights
 
 STATE_FILE = "state.pt"
 RECORDS_FILE = "records.json"
@@ -41,7 +42,7 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_train_state(
     root: str | Path,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | MasterWeights,
     step: int,
     run_fingerprint: str,
     records: dict[str, Any],
@@ -57,7 +58,10 @@ def save_train_state(
 
 
 def load_train_state(
-    root: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, run_fingerprint: str
+    root: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | MasterWeights,
+    run_fingerprint: str,
 ) -> tuple[int, dict[str, Any]] | None:
     """Restore weights and optimizer in place from the newest checkpoint under root; return (step, records),
     None when there is none. CheckpointMismatch when it belongs to another run."""

@@ -18,6 +18,7 @@ from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines import correction
 from prefpipe.grpo.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.master_weights import MasterWeights, needs_master_weights
 from prefpipe.grpo.metric_names import (
     CLIP_RATIO_REGION,
     ENTROPY,
@@ -49,7 +50,7 @@ class Learner:
 
     settings: GrpoSettings
     policy: torch.nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | MasterWeights
     params: list[torch.nn.Parameter]
     reference: ReferencePolicy | None
     dp: DataParallel
@@ -81,9 +82,16 @@ class FirstPass:
                 self.ref[mb.rows, :c] = ref_logp[:, -c:]
 
 
-def make_adamw(params: list[torch.nn.Parameter], settings: GrpoSettings) -> torch.optim.AdamW:
+def make_adamw(params: list[torch.nn.Parameter], settings: GrpoSettings) -> torch.optim.AdamW | MasterWeights:
     """AdamW with the fused kernel where torch has one for these parameters (CPU and CUDA), else foreach: one
-    kernel over all tensors instead of a Python loop per parameter (equal updates, tested)."""
+    kernel over all tensors instead of a Python loop per parameter (equal updates, tested). Half-precision
+    parameters (dtype bfloat16/float16) are stepped through fp32 master copies (grpo/master_weights.py)."""
+    if needs_master_weights(params):
+        return MasterWeights(params, lambda master: _adamw(master, settings))
+    return _adamw(params, settings)
+
+
+def _adamw(params: list[torch.Tensor], settings: GrpoSettings) -> torch.optim.AdamW:
     kwargs = {
         "lr": settings.learning_rate,
         "betas": settings.adam_betas,

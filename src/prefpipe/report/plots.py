@@ -17,8 +17,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from prefpipe.reward.heads.facts import HEAD_FACTS
+
 MAX_CURVES = 4
-FIXED = {"bt": "#1f77b4", "gpm": "#ff7f0e", "bgpm": "#2ca02c"}
+# A name that is a built-in head type keeps one of these, in the heads' order (reward/heads/facts.py).
+HEAD_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c")
+FIXED = dict(zip(HEAD_FACTS, HEAD_COLOURS, strict=False))
 PALETTE = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728", "#393b79", "#637939")
 
 
@@ -29,7 +33,7 @@ def to_png(fig: Figure, dpi: int) -> bytes:
 
 
 def colors(names: Sequence[str]) -> dict[str, str]:
-    """bt, gpm and bgpm keep fixed colours; other names take the palette in the order given."""
+    """Names of built-in head types keep their fixed colours; other names take the palette in the order given."""
     others = [n for n in dict.fromkeys(names) if n not in FIXED]
     return {**FIXED, **{n: PALETTE[i % len(PALETTE)] for i, n in enumerate(others)}}
 

@@ -32,9 +32,23 @@ def document(config: ReportSettings, results: Path, manifest: Manifest) -> Docum
     sections = [s for m in modules if (s := m.build(ctx)) is not None]
     subtitle = f"Experiment {tree.experiment}, seed {tree.seed}; headline benchmark {ctx.bench or '–'}"
     subtitle += f"; compared with {', '.join(t.name for t in others)}" if others else ""
+    subtitle += _overlap_note(tree.summary("data") or {})
     return Document(
         config.title or f"prefpipe report: {config.experiment}", subtitle, [answers.build(claims), *sections]
     )
+
+
+def _overlap_note(data_summary: dict) -> str:
+    """The data summary's train/test overlap (prefpipe.data.prepare), on the first screen where any exists."""
+    overlap = data_summary.get("train_test_overlap") or {}
+    pairs = overlap.get("pairs") or {}
+    counts = (
+        (pairs.get("repeated_pairs"), "test pairs repeat a training pair"),
+        (pairs.get("prompts"), "test pairs share a training prompt"),
+        (overlap.get("rl_prompts"), "held-out RL prompts repeat a training prompt"),
+    )
+    found = [f"{n} {what}" for n, what in counts if n]
+    return f"; train/test overlap: {', '.join(found)}" if found else ""
 
 
 def build(config: ReportSettings, results: Path, out: Path, manifest: Manifest) -> dict:

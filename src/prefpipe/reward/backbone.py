@@ -21,6 +21,7 @@ from transformers.models.auto.modeling_auto import (
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.model_errors import model_load
+from prefpipe.common.transformers_api import get_peft_model, unwrap_peft
 from prefpipe.settings.reward import BackboneSettings, LoraSettings
 
 log = logging.getLogger(__name__)
@@ -116,12 +117,6 @@ def max_positions(model_config: Any) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def unwrap_peft(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model inside a peft wrapper (the model itself when it has none)."""
-    get = getattr(model, "get_base_model", None)
-    return get() if callable(get) else model
-
-
 def accepts_position_ids(model: torch.nn.Module) -> bool:
     """Whether forward takes position_ids (then left padding gets mask-based positions)."""
     target = unwrap_peft(model)
@@ -143,7 +138,7 @@ def lora_targets(model: torch.nn.Module, requested: list[str] | str | None) -> l
 def apply_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
     """Wrap in a task-agnostic peft LoRA; target modules from config or peft's per-architecture defaults
     (`lora_targets`)."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
 
     targets = lora_targets(model, lora.target_modules)
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)

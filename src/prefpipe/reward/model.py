@@ -19,9 +19,11 @@ from safetensors.torch import load_file, save_file
 
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
 from prefpipe.common.model_errors import model_load
+from prefpipe.common.transformers_api import load_peft_adapter
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
-from prefpipe.reward.heads import RewardHead, build_head, check_head_settings
+from prefpipe.reward.heads.base import RewardHead
+from prefpipe.reward.heads.registry import build_head, check_head_settings
 from prefpipe.reward.network import POINT_POOLING, RewardModel
 from prefpipe.reward.spec import FINETUNED_HEAD_WEIGHTS, HEAD_CONFIG, HEAD_WEIGHTS, ModelSpec
 from prefpipe.settings.reward import RewardSettings
@@ -162,12 +164,10 @@ def load_reward_model(
         if tokenizer.pad_token_id is None:
             raise ValueError(f"{folder}: saved tokenizer has no pad token")
         if spec.backbone_format == "lora":
-            from peft import PeftModel
-
             base = AutoModel.from_pretrained(
                 _resolve_base(folder, spec), dtype=dtype, trust_remote_code=spec.trust_remote_code
             )
-            backbone = PeftModel.from_pretrained(base, folder)
+            backbone = load_peft_adapter(base, folder)
         else:
             backbone = AutoModel.from_pretrained(
                 folder, dtype=dtype, trust_remote_code=spec.trust_remote_code

@@ -23,7 +23,7 @@ from prefpipe.reward.batching import Batch, plan_batches
 from prefpipe.reward.collate import PairEncoder, TokenizedRow
 from prefpipe.reward.fast.lean_encode import final_states_at, lean_core
 from prefpipe.reward.fast.selected_last_layer import causal_allowed, last_layer, selected_last_layer
-from prefpipe.reward.heads import RewardHead
+from prefpipe.reward.heads.base import RewardHead
 from prefpipe.reward.pooling import (
     first_token_index,
     gather_positions,

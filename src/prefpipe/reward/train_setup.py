@@ -26,7 +26,13 @@ def use_cpu() -> bool:
 
 
 def distributed_state() -> PartialState:
-    """Process-group state (the same singleton the Accelerator uses)."""
+    """Process-group state (the same singleton the Accelerator uses). Under DeepSpeed without CUDA,
+    accelerate finds no device backend and would count one process while DeepSpeed's CPU accelerator joins
+    all of them: name DeepSpeed's own backend (gloo, or oneCCL where installed) so both agree."""
+    if parse_flag_from_env("ACCELERATE_USE_DEEPSPEED") and not torch.cuda.is_available():
+        from deepspeed.accelerator import get_accelerator
+
+        return PartialState(cpu=False, backend=get_accelerator().communication_backend_name())
     return PartialState(cpu=use_cpu())
 
 

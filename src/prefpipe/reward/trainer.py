@@ -28,18 +28,7 @@ from prefpipe.common.io import atomic_write_json, read_json
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.fast import shared_prompt
-from prefpipe.reward.metrics import (  # noqa: F401  (the report still reads the names through this module)
-    ACCURACY,
-    GRAD_NORM,
-    HEAD_GRAD_NORM,
-    KL_BETA,
-    KL_LOSS,
-    LOSS,
-    PREFERENCE_LOSS,
-    PROB,
-    STEP,
-    SUMMED,
-)
+from prefpipe.reward.metrics import GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, STEP, SUMMED
 from prefpipe.reward.network import RewardModel
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.train_setup import (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prefpipe.common.config import require
 from prefpipe.settings.run import RunSettings
 
 
@@ -21,6 +22,22 @@ class TinyLlamaSettings:
     num_key_value_heads: int | None  # null = num_attention_heads
     max_position_embeddings: int
     tie_word_embeddings: bool
+
+    def check(self) -> None:
+        """The attention shapes a Llama needs: heads split the hidden size, and key-value heads are shared by
+        equal groups of attention heads (grouped-query attention repeats each one heads / kv_heads times)."""
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
+        require(
+            self.hidden_size % heads == 0,
+            "model.hidden_size",
+            f"{self.hidden_size} is not divisible by model.num_attention_heads ({heads})",
+        )
+        if kv_heads is not None:
+            require(
+                heads % kv_heads == 0,
+                "model.num_key_value_heads",
+                f"{kv_heads} does not divide model.num_attention_heads ({heads}); null means as many as those",
+            )
 
 
 @dataclass
@@ -54,3 +71,6 @@ class BaseSettings(RunSettings):
     model: TinyLlamaSettings
     sft: SFTSettings
     heldout_eval: HeldoutEvalSettings
+
+    def check(self) -> None:
+        self.model.check()

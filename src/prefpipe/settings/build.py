@@ -48,6 +48,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return {name: from_mapping(item, sub, f"{key}.{name}") for name, sub in value.items()}
     if origin is tuple:
         return tuple(_check_number(v, key) for v in value)
+    if tp is int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"{key}: must be an integer, got {value!r}")
     return _check_number(value, key)
 
 

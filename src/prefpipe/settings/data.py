@@ -50,6 +50,12 @@ class ExternalSourceSettings:
         if not self.path or not self.path.strip():
             raise ConfigError(f"external.path: data.source {source} needs a file, folder or hub id")
         if self.test_split is None:
+            if self.test_fraction <= 0:
+                raise ConfigError(
+                    f"external.test_fraction: {self.test_fraction!r} with no test_split leaves no test pairs "
+                    "(the held-out benchmark and the test accuracy need some); give a share in (0, 1) or a "
+                    "test_split"
+                )
             return
         if source == "hf":
             if self.test_split == self.split:
@@ -129,6 +135,7 @@ class PromptSourceSettings:
 class DataSettings(RunSettings):
     source: str  # synthetic | hf | jsonl | json | parquet
     bad_rows: str  # drop | error
+    max_overlap_share: float  # test pairs / held-out prompts repeating training ones: refused above this
     synthetic: SyntheticWorldSettings
     external: ExternalSourceSettings
     prompts: PromptSourceSettings

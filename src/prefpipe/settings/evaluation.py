@@ -36,11 +36,13 @@ class RewardBenchSettings:
 
 @dataclass
 class SectionMapSettings:
-    """The part of `data` the evaluation reads: how subsets form sections, and what to do with bad rows."""
+    """The part of `data` the evaluation reads: how subsets form sections, what to do with bad rows, and how
+    many benchmark prompts may repeat training prompts."""
 
     sections: dict[str, list[str]]
     cyclic_subsets: list[str]
     bad_rows: str
+    max_overlap_share: float
 
 
 @dataclass

@@ -17,6 +17,30 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from prefpipe.common.config import ConfigError
+
+# Rule 4's collections: an empty mapping there merges to nothing, so `reward.variants: {}` would silently
+# train every variant of the base config. Each with what does what the empty mapping seemed to ask.
+COLLECTIONS = {
+    ("reward", "variants"): "train only some with reward.only: [names]",
+    ("grpo", "runs"): "train only some with grpo.only: [names], or none with grpo.enabled: false",
+    ("eval", "benchmarks"): "remove one with eval.benchmarks.<name>: null",
+}
+
+
+def check_overlay(overlay: Mapping[str, Any], where: str) -> None:
+    """Refuse an empty mapping at a collection of rule 4 in a config merged over another (`where` names the
+    file): it deletes nothing, and running everything without a word would be the wrong answer."""
+    for path, fix in COLLECTIONS.items():
+        value: Any = overlay
+        for part in path:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, Mapping) and not value:
+            raise ConfigError(
+                f"{where}: {'.'.join(path)}: {{}} removes nothing (config files merge: they add or change "
+                f"members, never delete them); {fix}"
+            )
+
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
     """Return base updated recursively by override (rule 2); neither input is modified."""

@@ -35,7 +35,7 @@ def check_names(config: Mapping[str, Any]) -> None:
         check_name(config["experiment"], "experiment")
     for section, key in NAMED_MAPPINGS:
         entries = (config.get(section) or {}).get(key) if isinstance(config.get(section), Mapping) else None
-        for name in entries or {}:
+        for name in entries if isinstance(entries, Mapping) else {}:  # a non-mapping: the schema's to name
             check_name(name, f"{section}.{key}")
     models = config.get("models")
     for name in models if isinstance(models, Mapping) else {}:

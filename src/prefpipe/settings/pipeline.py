@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from prefpipe.common import model_ref, secrets
-from prefpipe.common.config import ConfigError, read_config_file
+from prefpipe.common.config import ConfigError, check_plain_tree, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.base import BaseSettings
@@ -25,7 +25,7 @@ from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
-from prefpipe.settings.merge import deep_merge
+from prefpipe.settings.merge import check_overlay, deep_merge
 from prefpipe.settings.models import ModelImportSettings
 from prefpipe.settings.names import check_name, check_names
 from prefpipe.settings.report import ReportSettings
@@ -41,7 +41,9 @@ def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAU
     `--configfile` (settings/merge.py). Not yet validated: `PipelineSettings` does that."""
     config = read_config_file(base)
     for overlay in overlays:
-        config = deep_merge(config, overlay if isinstance(overlay, dict) else read_config_file(overlay))
+        values = overlay if isinstance(overlay, dict) else read_config_file(overlay)
+        check_overlay(values, "overlay" if isinstance(overlay, dict) else str(overlay))
+        config = deep_merge(config, values)
     return config
 
 
@@ -87,8 +89,9 @@ class PipelineSettings:
         reward_section, grpo_section = raw["reward"], raw["grpo"]
         declared = list(reward_section["variants"])
         variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
-        runs = list(grpo_section["runs"]) if grpo_section["enabled"] else []
-        runs = _narrow(runs, grpo_section["only"], "grpo.only", "grpo.runs")
+        # grpo.only is checked against the declared runs even when grpo.enabled is false (then nothing runs)
+        runs = _narrow(list(grpo_section["runs"]), grpo_section["only"], "grpo.only", "grpo.runs")
+        runs = runs if grpo_section["enabled"] else []
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
         grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
         for name, settings in grpo.items():
@@ -99,10 +102,12 @@ class PipelineSettings:
         }
         base = stage(BaseSettings, raw["base"], "base")
         _check_model_refs(base, reward, models)
-        data_map = {key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows")}
+        data_map = {
+            key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows", "max_overlap_share")
+        }
         benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
         raw["eval"]["benchmarks"] = benchmarks
-        report_section = {k: v for k, v in raw["report"].items() if k != "enabled"}  # a workflow switch
+        report_section = _report_section(raw)
         hypotheses = None
         if grpo_section["hypotheses"] is not None and grpo:
             section = {**grpo_section["hypotheses"], "diagnostics": raw["report"]["diagnostics"]}
@@ -145,6 +150,7 @@ class PipelineSettings:
 
 def _validated(config: dict[str, Any]) -> dict[str, Any]:
     """A private, plain-JSON copy of `config`, checked against the schema (which fills its defaults in)."""
+    check_plain_tree(config, "config")  # before the copy below, which would expand a shared (aliased) object
     raw = json.loads(json.dumps(config))
     # before the schema: a name that would escape results/ and a credential (which would reach rule params
     # and .snakemake/ metadata) are refused with their own message, naming the key
@@ -195,6 +201,15 @@ def _ablation(
     return settings if settings.contrasts() else None
 
 
+def _report_section(raw: dict[str, Any]) -> dict[str, Any]:
+    """The report's keys without the workflow switch `enabled`, and the ablation reference it describes rows
+    against taken from its one owner, `ablation.reference` (the report's settings carry it as
+    `ablation.reference`; the config has no report key for it)."""
+    section = {k: v for k, v in raw["report"].items() if k != "enabled"}
+    section["ablation"] = {"reference": raw["ablation"]["reference"], **section["ablation"]}
+    return section
+
+
 def _check_model_ref(ref: str, key: str, models: dict[str, ModelImportSettings], allow_base: bool) -> None:
     """A model reference names what exists: `base` only where allowed, `import:<name>` a `models` entry."""
     parsed = model_ref.parse(ref, key)
@@ -233,11 +248,15 @@ def _check_reward_model(
     if variant and variant not in trained and not settings.uses_reward_model() and "reward_model" not in own:
         settings.reward_model = None
         return
-    if variant and variant not in trained:
-        why = "narrowed away by reward.only" if variant in declared else "not in reward.variants"
+    if variant and variant not in declared:
         raise ConfigError(
-            f"grpo.runs.{run}.reward_model = {variant!r} is {why} (variants trained: {trained}); "
-            f"add it to reward.only or leave run {run!r} out with grpo.only"
+            f"grpo.runs.{run}.reward_model = {variant!r} is not in reward.variants ({declared}): name one of "
+            f"them, or define reward.variants.{variant}"
+        )
+    if variant and variant not in trained:
+        raise ConfigError(
+            f"grpo.runs.{run}.reward_model = {variant!r} is narrowed away by reward.only (variants trained: "
+            f"{trained}); add it to reward.only or leave run {run!r} out with grpo.only"
         )
 
 
@@ -254,14 +273,16 @@ def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> Non
 
 
 # The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage
-# started by hand with a hand-written config gets the same checks as one started by the workflow.
+# started by hand with a hand-written config gets the same checks as one started by the workflow. Beside it, the
+# keys the stage's settings carry that are not config keys of that section (names and values the pipeline
+# derives; dotted for nested ones).
 STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     DataSettings: ("data.schema.yaml", ("demonstrations_needed",)),
     BaseSettings: ("base.schema.yaml", ()),
     ModelImportSettings: ("models.schema.yaml#/$defs/entry", ("name",)),
     RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
-    ReportSettings: ("report.schema.yaml", ()),
+    ReportSettings: ("report.schema.yaml", ("ablation.reference",)),
     HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
     AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
 }
@@ -284,9 +305,23 @@ def load_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
         schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
     else:
         ref, names = STAGE_SCHEMAS[cls]
-        own = {k: v for k, v in values.items() if k not in RUN_WIDE_KEYS and k not in names}
-        schema.validate(own, ref, key)
+        schema.validate(_without_keys(values, (*RUN_WIDE_KEYS, *names)), ref, key)
     return build_stage(cls, values, key)
+
+
+def _without_keys(values: Any, keys: tuple[str, ...]) -> Any:
+    """`values` without the given keys (dotted for nested ones): what a stage's --config carries beyond its
+    schema part (run-wide keys, names, values the pipeline derives)."""
+    if not isinstance(values, dict):
+        return values
+    top = {k for k in keys if "." not in k}
+    nested: dict[str, list[str]] = {}
+    for dotted in (k for k in keys if "." in k):
+        head, rest = dotted.split(".", 1)
+        nested.setdefault(head, []).append(rest)
+    return {
+        k: _without_keys(v, tuple(nested[k])) if k in nested else v for k, v in values.items() if k not in top
+    }
 
 
 def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:

@@ -17,7 +17,7 @@ class AblationSettings:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a GRPO metric counts as unhealthy (see report/diagnostics.py for how each one is applied)."""
+    """When a GRPO metric counts as unhealthy (see grpo/health.py for how each one is applied)."""
 
     kl_mean_max: float
     kl_spike_factor: float

@@ -1,9 +1,9 @@
 """Stage 3 settings (`reward`): one variant's resolved settings, `reward.defaults` merged with the variant.
 
 Types only; the values and their defaults come from config/config.yaml, their ranges from the schema. What
-the schema cannot say depends on the head type, which the reward layer's head registry owns: those checks are
-`prefpipe.reward.heads.check_head_settings`, run on the whole config by prefpipe.config_checks and again when a
-model is built.
+the schema cannot say depends on the head type, which the reward layer's head registry owns: those checks
+are `prefpipe.reward.heads.registry.check_head_settings`, run on the whole config by prefpipe.config_checks
+and again when a model is built.
 """
 
 from __future__ import annotations

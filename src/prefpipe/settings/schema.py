@@ -50,9 +50,18 @@ def _set_defaults(validator_class: type) -> type:
                     instance[name] = sub["default"]
         yield from validate_properties(validator, props, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": properties})
+    return jsonschema.validators.extend(
+        validator_class, {"properties": properties}, type_checker=_STRICT_TYPES
+    )
 
 
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    """An integer is written as one: JSON Schema counts 4.0 as an integer, but `steps: 4.0` would reach
+    range() and tensor shapes as a float and fail there, naming no key."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
 _Validator = _set_defaults(jsonschema.Draft202012Validator)
 
 

@@ -14,6 +14,8 @@ def subset_sections(sections: Mapping[str, Iterable[str]], key: str) -> dict[str
     for section, names in sections.items():
         for name in names:
             if name in mapped:
-                raise ConfigError(f"{key}: subset {name!r} is in both {mapped[name]!r} and {section!r}")
+                raise ConfigError(
+                    f"{key}: subset {name!r} is listed under both {mapped[name]!r} and {section!r}"
+                )
             mapped[name] = section
     return mapped

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from prefpipe.common.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.logprobs import position_ids_from_mask, token_logprobs
 
 
@@ -48,12 +49,12 @@ def shared_prompt_logprobs(
         logits_to_keep=1,
     )
     logits = first.logits[group]  # (k, 1, V): predicts completion token 0
-    if C > 1 and first.past_key_values is None:  # a model that returns no cache (gradient checkpointing)
+    cache = output_cache(first)
+    if C > 1 and cache is None:  # a model that returns no cache (gradient checkpointing)
         return prefix_packed_logprobs(
             model, prompt_ids, prompt_mask, group, completion_ids, temperature, with_entropy
         )
     if C > 1:
-        cache = first.past_key_values
         cache.batch_select_indices(group)
         mask = prompt_mask[group]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], C - 1)], dim=1)
@@ -62,8 +63,7 @@ def shared_prompt_logprobs(
             inputs_embeds=embeds[g * P :].view(completion_ids.shape[0], C - 1, -1),
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
+            **cache_kwargs(model, cache),
         )
         logits = torch.cat([logits, rest.logits], dim=1)
     return token_logprobs(logits, completion_ids, temperature, with_entropy)

@@ -13,6 +13,7 @@ import pandas as pd
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Figure, Paragraph
 from prefpipe.report.inputs import Tree
+from prefpipe.reward.heads.facts import HEAD_FACTS
 from prefpipe.settings.report import ReportSettings
 
 
@@ -45,11 +46,13 @@ class Context:
 
     @property
     def heads(self) -> list[str]:
-        """The main comparison: the ablation baselines and the fixed Bayesian reference, where evaluated."""
+        """The main comparison: the ablation baselines and the fixed Bayesian reference, where evaluated;
+        variants named after a built-in head type first, in the heads' order (reward/heads/facts.py)."""
         ab = self.settings.ablation
         wanted = [*ab.baselines, ab.reference]
         main = [v for v in self.variants if v in wanted]
-        return sorted(main, key=lambda v: (list(plots.FIXED).index(v) if v in plots.FIXED else 9, v))
+        order = list(HEAD_FACTS)
+        return sorted(main, key=lambda v: (order.index(v) if v in order else len(order), v))
 
     def headline_scores(self) -> pd.DataFrame:
         return self.scores[self.scores["benchmark"] == self.bench]

@@ -59,7 +59,7 @@ def order(ctx: Context) -> tuple[list[str], str | None]:
 
     The reference and the broken variant are the ablation stage's (results/ablation/summary.json records the
     `ablation.reference` and `ablation.broken` it used) when it ran; only without it does the report fall back
-    to report.ablation.reference and the variant farthest from it in settings."""
+    to ablation.reference and the variant farthest from it in settings."""
     ab = ctx.settings.ablation
     paired = _paired(ctx)
     reference = paired["reference"] if paired is not None else ab.reference

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefpipe.data.pair_length import CHOSEN_LONGER, CHOSEN_SHORTER, EQUAL_LENGTH
 from prefpipe.evaluation.length_split import (
-    CHOSEN_LONGER,
-    CHOSEN_SHORTER,
-    EQUAL_LENGTH,
     LENGTH_SPLIT_KEY,
     LONGER_PICK_RATE_KEY,
     LONGER_WINS_BASELINE_KEY,

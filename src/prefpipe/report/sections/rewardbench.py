@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from prefpipe.evaluation.length_split import LONGER_WINS_BASELINE_KEY
@@ -11,6 +13,7 @@ from prefpipe.report import frames, plots
 from prefpipe.report.document import Claim, Details, Section, Table
 from prefpipe.report.sections import Context, note
 from prefpipe.report.stats import NA, pct
+from prefpipe.reward.heads.facts import HEAD_FACTS, HeadFacts, head_facts
 
 TITLE, ANCHOR = "Reward models on the benchmarks", "rewardbench"
 ITEMS = {**frames.SECTION_TITLES, frames.OVERALL: "Overall", frames.CYCLIC: "Cyclic"}
@@ -76,19 +79,40 @@ def claims(ctx: Context) -> list[Claim]:
         per.append(f"{title} {'/'.join(winners['variant'])} {_said(w)}")
     if per:
         out.append(Claim("Best per section: " + "; ".join(per) + ".", "fig-rewardbench"))
-    gpm = next((v for v in heads if _head(ctx, v) == "gpm"), None)
-    bt = next((v for v in heads if _head(ctx, v) == "bt"), None)
-    g, b = (_get(ctx, gpm, frames.CYCLIC) if gpm else None), (_get(ctx, bt, frames.CYCLIC) if bt else None)
-    if g is not None:
-        learns = pd.notna(g["lo"]) and g["lo"] > SCALAR_CAP
-        text = f"Cyclic set (n={int(g['n'])}): GPM {_said(g)}" + (f", BT {_said(b)}" if b is not None else "")
-        text += ". A scalar reward (BT) cannot exceed 66.7% on a 3-cycle; GPM " + (
-            "learns it (its interval lies above 66.7%)."
-            if learns
-            else "does not show that it learns it here (its interval does not clear 66.7%)."
-        )
-        out.append(Claim(text, "rewardbench-table"))
-    return out
+    cyclic = _cyclic_claim(ctx, heads)
+    return out + ([cyclic] if cyclic else [])
+
+
+def _cyclic_claim(ctx: Context, heads: list[str]) -> Claim | None:
+    """Whether the first pairwise point head learns the cyclic set, beside the first scalar head; the kinds of
+    head come from the head facts (reward/heads/facts.py), never from type names."""
+    pairwise = _first(ctx, heads, lambda f: f.pairwise and not f.bayesian)
+    scalar = _first(ctx, heads, lambda f: f.scalar_reward)
+    g = _get(ctx, pairwise[0], frames.CYCLIC) if pairwise else None
+    if g is None:
+        return None
+    b = _get(ctx, scalar[0], frames.CYCLIC) if scalar else None
+    name = pairwise[1].display
+    text = f"Cyclic set (n={int(g['n'])}): {name} {_said(g)}"
+    text += f", {scalar[1].display} {_said(b)}" if scalar and b is not None else ""
+    scalar_names = ", ".join(f.display for f in HEAD_FACTS.values() if f.scalar_reward)
+    text += f". A scalar reward ({scalar_names}) cannot exceed 66.7% on a 3-cycle; {name} " + (
+        "learns it (its interval lies above 66.7%)."
+        if pd.notna(g["lo"]) and g["lo"] > SCALAR_CAP
+        else "does not show that it learns it here (its interval does not clear 66.7%)."
+    )
+    return Claim(text, "rewardbench-table")
+
+
+def _first(
+    ctx: Context, variants: list[str], kind: Callable[[HeadFacts], bool]
+) -> tuple[str, HeadFacts] | None:
+    """The first variant whose head (as its summary records it) is of this kind, with the head's facts."""
+    for variant in variants:
+        facts = head_facts(_head(ctx, variant))
+        if facts is not None and kind(facts):
+            return variant, facts
+    return None
 
 
 def _head(ctx: Context, variant: str) -> str | None:

@@ -48,11 +48,12 @@ class Standardize(nn.Module):
 
 
 class RewardHead(nn.Module, ABC):
-    """Base class of the registered heads (see prefpipe.reward.heads for the registry)."""
+    """Base class of the registered heads (see prefpipe.reward.heads.registry)."""
 
     head_type: ClassVar[str] = ""  # the registry name (head.type, saved as head_type); set by @register
     settings: HeadSettings  # the head's own settings (tau, dim, bayes, ...); set by build_head
     encoding_keys: ClassVar[tuple[str, ...]]  # what encode() keeps of forward()'s output (compare needs it)
+    # The flags below are set by @register from facts.py (their one home); a head without facts keeps its own.
     scalar_reward: ClassVar[bool] = False  # True: one reward r(x, y) per response, `rewards(enc)`
     bayesian: ClassVar[bool] = False  # True: compare() returns Var[s]; head.bayes options; risk aversion
 

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prefpipe.reward.heads import register
 from prefpipe.reward.heads.base import Encoding, require
 from prefpipe.reward.heads.gpm import GPMHead
+from prefpipe.reward.heads.registry import register
 from prefpipe.reward.losses import LossParts, gaussian_kl, kl_beta, kl_mean_term
 from prefpipe.reward.scores import (
     gpm_score,
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 @register("bgpm")
 class BayesianGPMHead(GPMHead):
     encoding_keys = ("mean", "var", "gate")
-    bayesian = True
 
     def __init__(
         self,

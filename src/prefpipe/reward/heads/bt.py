@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from prefpipe.reward.heads import register
 from prefpipe.reward.heads.base import Encoding, RewardHead
+from prefpipe.reward.heads.registry import register
 
 if TYPE_CHECKING:
     from prefpipe.settings.reward import HeadSettings
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 @register("bt")
 class BTHead(RewardHead):
     encoding_keys = ("reward",)
-    scalar_reward = True
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prefpipe.reward.heads import register
 from prefpipe.reward.heads.base import Encoding, RewardHead
+from prefpipe.reward.heads.registry import register
 from prefpipe.reward.scores import gpm_score, pair_gate
 
 if TYPE_CHECKING:
