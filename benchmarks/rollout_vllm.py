@@ -64,7 +64,10 @@ def main() -> None:
     policy = tiny_smollm2(tok).eval()
     prompts = [f"Question {i}: say something about the number {i}." for i in range(args.prompts)]
     load_before = os.getloadavg()
-    out = {"shape": vars(args), "torch_threads": torch.get_num_threads()}
+    out = {
+        "shape": {k: v for k, v in vars(args).items() if k != "out"},
+        "torch_threads": torch.get_num_threads(),
+    }
     for name in ("plain", "vllm"):
         settings = grpo_settings(
             {
