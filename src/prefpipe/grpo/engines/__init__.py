@@ -34,8 +34,21 @@ def _vllm(settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: 
 ENGINES: dict[str, EngineFactory] = {"plain": _plain, "vllm": _vllm}
 
 
-def build_engine(settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> RolloutEngine:
+# Engines that run in one trainer process only: vLLM in-process sets up its own torch.distributed group, which
+# would collide with data-parallel GRPO's (an engine per process is not supported yet).
+SINGLE_PROCESS = {"vllm"}
+
+
+def build_engine(
+    settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path, processes: int = 1
+) -> RolloutEngine:
+    """The run's engine; `processes`: data-parallel trainer processes."""
     name = settings.rollout.engine
     if name not in ENGINES:
         raise ValueError(f"grpo.{settings.run}.rollout.engine must be one of {sorted(ENGINES)}, got {name!r}")
+    if processes > 1 and name in SINGLE_PROCESS:
+        raise ValueError(
+            f"grpo.{settings.run}.rollout.engine: {name} runs in one trainer process only, not {processes} "
+            "data-parallel processes (not supported yet)"
+        )
     return ENGINES[name](settings, policy, tokenizer, work_dir)

@@ -27,11 +27,12 @@ import torch
 
 from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
 from prefpipe.grpo.engines.weights import full_weights
+from prefpipe.grpo.metric_names import ENGINE_SYNC_TIME
 from prefpipe.grpo.rollout import Rollout, build_rollout
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger(__name__)
-SYNC_TIME, PROBE_GAP, PROBE_CHANGE = "engine_sync_time", "engine_probe_gap", "engine_probe_step_change"
+PROBE_GAP, PROBE_CHANGE = "engine_probe_gap", "engine_probe_step_change"
 PROBE_LENGTH = 24
 
 
@@ -59,11 +60,6 @@ def _retie_output_head(model: torch.nn.Module) -> None:
 
 class VllmEngine:
     def __init__(self, settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            raise ValueError(
-                f"grpo.{settings.run}.rollout.engine: vllm runs in one trainer process only (data-parallel GRPO "
-                "with an engine per process is not supported yet: vLLM would join the trainer's process group)"
-            )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the model object stays reachable
         from vllm import LLM
 
@@ -139,7 +135,7 @@ class VllmEngine:
                 f"by up to {gap:.3g} > grpo.rollout.sync_tolerance {self.r.sync_tolerance:g} (the step moved "
                 f"them by {change:.3g}); the weight sync did not reach the engine"
             )
-        return {SYNC_TIME: time.perf_counter() - t0, PROBE_GAP: gap, PROBE_CHANGE: change}
+        return {ENGINE_SYNC_TIME: time.perf_counter() - t0, PROBE_GAP: gap, PROBE_CHANGE: change}
 
     # ------------------------------------------------------------------------------------------ sampling
     def _sampling_params(self, seed: int):
@@ -187,5 +183,5 @@ class VllmEngine:
         return rollout
 
     def close(self) -> None:
-        """Free the engine (its KV cache and weights)."""
+        """Drop the engine (its KV cache and weights go with the last reference)."""
         self.llm = None
