@@ -11,6 +11,9 @@ bash scripts/bootstrap.sh dev,slurm,deepspeed
 # shellcheck disable=SC1091
 source "${PREFPIPE_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+# Snakemake and the rules import prefpipe: this checkout's, even from a virtualenv shared with another checkout
+# (whose editable install points elsewhere). A deployed workflow uses the installed package instead.
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # DeepSpeed's CPU accelerator compiles its shared-memory communication op at its first process group (about
 # 2 min on 2 cores, once per machine: cached in ~/.cache/torch_extensions); build it here so the test timings
 # do not carry it.
@@ -34,12 +37,14 @@ echo "== ruff"
 ruff check src tests
 ruff format --check src tests
 echo "== snakefmt"
-snakefmt --check Snakefile workflow
+snakefmt --check workflow
 echo "== snakemake --lint"
 snakemake --lint
 echo "== dry runs"
 snakemake -n --quiet rules >/dev/null
-for experiment in config/experiments/*.yaml; do
+# .test/config/*.yaml: the catalog's test configs (tests/test_workflow_deploy.py also runs tiny.yaml to the end
+# through a deployed copy of the workflow).
+for experiment in config/experiments/*.yaml .test/config/*.yaml; do
     [ -e "$experiment" ] || continue
     echo "   $experiment"
     snakemake -n --quiet rules --configfile "$experiment" >/dev/null

@@ -12,6 +12,11 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Snakemake runs in a subprocess and its rules run `python -m prefpipe.<stage>`: both import this checkout's
+# src (not whatever prefpipe the virtualenv has installed, e.g. another worktree's editable install).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO_ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

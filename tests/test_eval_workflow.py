@@ -20,7 +20,8 @@ from support.workflow import repo_copy
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "config" / "experiments" / "shared_rewardbench.yaml"
 TINY = REPO / "tests" / "configs" / "slurm_tiny.yaml"  # the real rules at toy sizes
-TARGET = "results/eval/bt/summary.json"
+RESULTS = "results/slurm-tiny"  # results_dir: results/{experiment}, the tiny config's experiment
+TARGET = f"{RESULTS}/eval/bt/summary.json"
 # Toy reward training and evaluation on top of the tiny data and base model.
 FAST = {
     "reward": {
@@ -64,7 +65,7 @@ def _planned(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 
 def _is_eval_output(wf: Path, path: Path) -> bool:
-    parts = path.relative_to(wf / "results").parts
+    parts = path.relative_to(wf / RESULTS).parts
     return parts[0] == "eval" or (parts[0] == "benchmarks" and parts[1].startswith("eval_rewardbench"))
 
 
@@ -72,7 +73,7 @@ def test_experiment_adds_only_evaluation_and_needs_the_file_only_when_it_runs(tm
     wf = _workflow(tmp_path)
     first = _snakemake(wf)
     assert first.returncode == 0, first.stdout + first.stderr
-    before = {p: p.stat().st_mtime_ns for p in (wf / "results").rglob("*") if p.is_file()}
+    before = {p: p.stat().st_mtime_ns for p in (wf / RESULTS).rglob("*") if p.is_file()}
     summary = json.loads((wf / TARGET).read_text())
     assert set(summary["benchmarks"]) == {"synthetic"}
 
@@ -81,7 +82,7 @@ def test_experiment_adds_only_evaluation_and_needs_the_file_only_when_it_runs(tm
     assert _planned(_snakemake(wf, "-n", experiment=True)) == {"eval_rewardbench": 1}
     failed = _snakemake(wf, experiment=True)
     assert failed.returncode != 0
-    log = (wf / "results" / "eval" / "bt" / "eval_rewardbench.log").read_text()
+    log = (wf / RESULTS / "eval" / "bt" / "eval_rewardbench.log").read_text()
     assert (
         "eval.benchmarks.rewardbench_real: benchmark file '../shared/data/rewardbench_real_subsets.jsonl'"
         in log
@@ -110,7 +111,7 @@ def test_experiment_adds_only_evaluation_and_needs_the_file_only_when_it_runs(tm
     assert {"length_split", "longer_pick_rate", "longer_wins_baseline"} <= set(real)
     assert real["truncation"]["max_length"] > 0  # the reward model's encoder counts cut pairs
     assert real["batch_size"] == 32  # the workflow's eval settings reach the stage
-    recorded = json.loads((wf / "results/eval/bt/config.json").read_text())["config"]
+    recorded = json.loads((wf / RESULTS / "eval/bt/config.json").read_text())["config"]
     assert {k: v["source"] for k, v in recorded["eval"]["benchmarks"].items()} == {
         "rewardbench_real": "../shared/data/rewardbench_real_subsets.jsonl",
         "synthetic": "synthetic",

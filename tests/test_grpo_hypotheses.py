@@ -130,7 +130,7 @@ def test_dry_run_of_the_grid(tmp_path):
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", result.stdout, flags=re.M))
     assert counts["train_grpo"] == "8" and counts["eval_policy"] == "8" and counts["grpo_hypotheses"] == "1"
     assert counts["train_reward_model"] == "1"
-    assert "results/grpo_hypotheses/summary.json" in result.stdout
+    assert "results/grpo_hypotheses/grpo_hypotheses/summary.json" in result.stdout  # results/{experiment}
 
 
 def test_report_reads_the_grid_summary(tmp_path):

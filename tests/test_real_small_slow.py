@@ -42,7 +42,6 @@ def test_reduced_real_small_runs_every_stage_on_real_models(tmp_path: Path) -> N
     (repo / "reduced.yaml").write_text(yaml.safe_dump(REDUCED), encoding="utf-8")
     env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.pop("PYTHONPATH", None)
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile"]
         + ["config/experiments/real_small.yaml", "reduced.yaml"],
@@ -53,7 +52,7 @@ def test_reduced_real_small_runs_every_stage_on_real_models(tmp_path: Path) -> N
         timeout=3600,
     )
     assert result.returncode == 0, result.stderr[-6000:]
-    results = repo / "results"
+    results = repo / "results" / "real-small"  # results_dir: results/{experiment}
     imported = json.loads((results / "models" / "smollm2" / "summary.json").read_text())
     assert imported["architecture"] == "LlamaForCausalLM" and imported["chat_template"]
     data = json.loads((results / "data" / "summary.json").read_text())

@@ -55,7 +55,6 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.update(HF_HUB_OFFLINE="1", WANDB_MODE="offline", TOKENIZERS_PARALLELISM="false")
-    env.pop("PYTHONPATH", None)  # the rules set it to the copy's src/
     return env
 
 
@@ -78,7 +77,7 @@ def tiny_run(tmp_path_factory) -> dict:
     seconds = time.monotonic() - start
     print(f"\ntiny_full workflow: {seconds:.1f} s")
     assert result.returncode == 0, result.stderr[-6000:]
-    results = workdir / "results"
+    results = workdir / "results" / "tiny-full"  # results_dir: results/{experiment}
     md = (results / "report" / "report.md").read_text(encoding="utf-8")
     return {
         "workdir": workdir,

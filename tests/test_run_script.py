@@ -14,7 +14,8 @@ import pytest
 from support.workflow import REPO, workflow_copy
 
 EXTENDED = "is extended by additional config"
-DATA_SUMMARY = "results/data/summary.json"
+RESULTS = "results/tiny-full"  # results_dir: results/{experiment}, the tiny config's experiment
+DATA_SUMMARY = f"{RESULTS}/data/summary.json"
 
 
 def _venv() -> Path:
@@ -71,7 +72,7 @@ def test_one_target_builds_only_that_target(workdir, one_target):
     assert one_target.returncode == 0, one_target.output
     assert job_counts(one_target.output) == {"prep_data": 1}
     assert (workdir / DATA_SUMMARY).is_file()
-    assert not (workdir / "results" / "base").exists() and not (workdir / "results" / "reward").exists()
+    assert not (workdir / RESULTS / "base").exists() and not (workdir / RESULTS / "reward").exists()
     assert EXTENDED not in one_target.output  # the Snakefile's configfile: is the only config
 
 

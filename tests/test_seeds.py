@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 from support.eval_tree import decisions, write_eval
+from support.markdown_tables import tables
 from support.settings import pipeline, stage_json
 from support.stages import run_main
 from support.workflow import REPO, repo_copy
@@ -25,20 +26,18 @@ ONLY = ["bgpm", "bgpm-broken", "bgpm-fix-klmean", "bgpm-no-klmean"]
 OVERLAY = {"experiment": "synthetic-seeds", "reward": {"only": ONLY}, "grpo": {"enabled": False}}
 
 
-def _seed_tree(root: Path, seed: int) -> Path:
-    """results/seeds/seed-<seed>: eval/ of ONLY and ablation/ from the ablation stage."""
+def _seed_tree(root: Path, seed: int, experiment: str = "synthetic-seeds") -> Path:
+    """<root>/seed-<seed>: eval/ of ONLY and ablation/ from the ablation stage, recorded as `experiment`."""
     tree = root / f"seed-{seed}"
     broken, fixed = 0.55 + 0.02 * seed, 0.8 - 0.01 * seed
     for i, (variant, acc) in enumerate(zip(ONLY, (fixed, broken, fixed, broken), strict=True)):
         write_eval(tree / "eval", variant, decisions(acc, seed=100 * seed + i))
         cfg = json.loads((tree / "eval" / variant / "summary.json").read_text())
         (tree / "eval" / variant / "config.json").write_text(
-            json.dumps(
-                {"stage": "eval_rewardbench", "config": {"experiment": "synthetic-seeds", "seed": seed}}
-            )
+            json.dumps({"stage": "eval_rewardbench", "config": {"experiment": experiment, "seed": seed}})
         )
         assert cfg["overall"] is not None
-    settings = pipeline({**OVERLAY, "seed": seed}).ablation
+    settings = pipeline({**OVERLAY, "seed": seed, "experiment": experiment}).ablation
     code, _ = run_main(ablation_stage.main, stage_json(settings), eval=tree / "eval", out=tree / "ablation")
     assert code == 0
     return tree
@@ -102,6 +101,29 @@ def test_the_report_shows_the_seeds_ece_and_ablation_effects(tmp_path):
     assert "(n=3)" in across
 
 
+def test_two_experiments_compared_are_shown_side_by_side(tmp_path):
+    """report.compare naming another experiment's folder: one column per experiment, each variant's overall."""
+    from prefpipe.report.inputs import Manifest
+    from prefpipe.report.markdown import render_markdown
+    from prefpipe.report.write import document
+
+    own = _seed_tree(tmp_path / "results" / "synthetic-seeds", 0)
+    other = _seed_tree(tmp_path / "results" / "other-exp", 1, experiment="other-exp")
+    settings = pipeline({**OVERLAY, "report": {"compare": {"other": str(other)}}})
+    md = render_markdown(document(settings.report, own, Manifest.standard(ONLY, [])), figure_dir="figures")
+    side = [t for t in tables(md) if t.header[:1] == ["Variant"] and "other-exp" in t.header]
+    assert len(side) == 1 and side[0].header == ["Variant", "synthetic-seeds", "other-exp"], md
+    for variant, cells in zip(ONLY, side[0].rows, strict=True):
+        expected = [
+            json.loads((tree / "eval" / variant / "summary.json").read_text())["overall"]
+            for tree in (own, other)
+        ]
+        assert cells[0] == variant, cells
+        assert [float(c.split()[0]) for c in cells[1:]] == pytest.approx(
+            [100 * e for e in expected], abs=0.05
+        )
+
+
 def _bootstrapped_venv() -> Path:
     venv = Path(sys.prefix)
     if not list(venv.glob(".prefpipe-installed-dev,slurm")):
@@ -120,10 +142,13 @@ def test_the_seeds_command_dry_runs_each_seed_in_its_own_folder(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "[bootstrap]" not in output
+    folder = (
+        "results/synthetic-seeds"  # the seeds experiment's own folder (results_dir: results/{experiment})
+    )
     for seed in (3, 4):
-        overlay = yaml.safe_load((work / "results" / "seeds" / f"seed-{seed}.yaml").read_text())
-        assert overlay == {"seed": seed, "results_dir": f"results/seeds/seed-{seed}"}
-        assert f"results/seeds/seed-{seed}/eval/bgpm-no-klmean/summary.json" in output
-        assert f"results/seeds/seed-{seed}/ablation/summary.json" in output
-    assert "train_grpo" not in output and "results/eval/" not in output
-    assert sorted(p.name for p in (work / "results" / "seeds").iterdir()) == ["seed-3.yaml", "seed-4.yaml"]
+        overlay = yaml.safe_load((work / folder / f"seed-{seed}.yaml").read_text())
+        assert overlay == {"seed": seed, "results_dir": f"{folder}/seed-{seed}"}
+        assert f"{folder}/seed-{seed}/eval/bgpm-no-klmean/summary.json" in output
+        assert f"{folder}/seed-{seed}/ablation/summary.json" in output
+    assert "train_grpo" not in output and f"{folder}/eval/" not in output
+    assert sorted(p.name for p in (work / folder).iterdir()) == ["seed-3.yaml", "seed-4.yaml"]

@@ -89,7 +89,7 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
             assert {k: spec[k] for k in given} == given
         assert got == expected, name
     assert (settings.data.seed, settings.data.experiment) == (raw["seed"], raw["experiment"])
-    assert settings.results_dir == raw["results_dir"]
+    assert settings.results_dir == raw["results_dir"].replace("{experiment}", raw["experiment"])
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)

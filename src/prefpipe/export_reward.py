@@ -17,20 +17,33 @@ import sys
 
 from prefpipe.export.run import FORMS, export_reward
 
+DESCRIPTION = (
+    "Export a trained reward model (a results/reward/<variant> folder) for tools without prefpipe: an "
+    "AutoModelForSequenceClassification folder where that is faithful (a BT head on the last token), else the "
+    "backbone with the head and reward_loader.py; both with a README.md model card."
+)
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m prefpipe.export_reward", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("run_dir", help="the reward run's folder (holds model/)")
-    parser.add_argument("out_dir", help="the export folder to write (replaced atomically)")
-    parser.add_argument(
+
+def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentParser:
+    """The export's arguments (also `prefpipe export`'s, prefpipe.cli)."""
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    p.add_argument("run_dir", help="the reward run's folder (holds model/)")
+    p.add_argument("out_dir", help="the export folder to write (replaced atomically)")
+    p.add_argument(
         "--format", default="auto", choices=FORMS, help="auto: sequence-classification where faithful"
     )
-    parser.add_argument(
+    p.add_argument(
         "--eval-summary", default=None, help="the run's evaluation summary.json (scores in the card)"
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export the run `args` name; exit code 0, or 2 after a one-line error."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         info = export_reward(args.run_dir, args.out_dir, args.format, args.eval_summary)

@@ -34,6 +34,11 @@ from prefpipe.report.markdown import render_markdown
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.inspect_grpo")
+DESCRIPTION = (
+    "One GRPO step, token by token: the per-token table of a step the run saved (grpo.inspect_steps), recomputed "
+    "from its batch and pre-update weights, with its loss checked against the loss the trainer logged; or, with "
+    "--fresh, of a new batch for that step's prompts. Writes step-N.html, step-N.md and step-N.json."
+)
 
 
 def run_settings(run_dir: Path) -> GrpoSettings:
@@ -141,11 +146,13 @@ def write(table: StepTable, settings: GrpoSettings, trainer_loss, source: str, o
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    setup_logging()
-    p = argparse.ArgumentParser(prog="python -m prefpipe.inspect_grpo", description=__doc__.split("\n")[0])
+def parser(prog: str = "python -m prefpipe.inspect_grpo") -> argparse.ArgumentParser:
+    """The inspector's arguments (also `prefpipe inspect`'s, prefpipe.cli)."""
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     p.add_argument("run_dir", type=Path, help="a train_grpo output folder (results/grpo/<run>)")
-    p.add_argument("--step", type=int, required=True)
+    p.add_argument(
+        "--step", type=int, required=True, help="the step (a saved one: listed in grpo.inspect_steps)"
+    )
     p.add_argument("--fresh", action="store_true", help="sample a new batch instead of reading a saved one")
     p.add_argument(
         "--policy", help="saved: the starting policy folder; --fresh: the policy (default RUN_DIR/policy)"
@@ -155,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reward-model", dest="reward_model", help="--fresh: reward model folder")
     p.add_argument("--completions", type=int, help="token tables for the first K completions only")
     p.add_argument("--out", type=Path, help="output folder")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Inspect the step `args` name; exit code 0, or 2 after a one-line user error."""
+    setup_logging()
     try:
         settings = run_settings(args.run_dir)
         table, trainer_loss, source = (fresh if args.fresh else saved)(args, settings)

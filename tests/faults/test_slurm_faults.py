@@ -3,7 +3,7 @@
 Fast tier (dry runs of the real workflow, the package metadata, wandb offline):
 - eval_rewardbench / eval_policy with gpu > 1 are refused (they run one process on one GPU);
 - a multi-GPU reward training asks for one node (`nodes=1`, which the plugin turns into `--nodes=1`);
-- envs/prefpipe.yaml lists every runtime dependency of pyproject.toml and the deepspeed extra;
+- workflow/envs/prefpipe.yaml lists every runtime dependency of pyproject.toml and the deepspeed extra;
 - wandb runs are named experiment/stage/variant-or-run, with no `reinit` deprecation warning;
 - a missing account is one message naming where to set it.
 Slow tier (PREFPIPE_SLOW=1; a real local SLURM from scripts/slurm/local_slurm.sh, as root, with two fake GPUs): the
@@ -79,10 +79,10 @@ def test_the_conda_env_lists_every_runtime_dependency():
     wanted = {_name(r) for r in project["dependencies"]} | {
         _name(r) for r in project["optional-dependencies"]["deepspeed"]
     }
-    env = yaml.safe_load((REPO / "envs" / "prefpipe.yaml").read_text())
+    env = yaml.safe_load((REPO / "workflow" / "envs" / "prefpipe.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     listed = {_name(r) for r in pip}
-    assert wanted <= listed, f"missing from envs/prefpipe.yaml: {sorted(wanted - listed)}"
+    assert wanted <= listed, f"missing from workflow/envs/prefpipe.yaml: {sorted(wanted - listed)}"
     assert {"deepspeed", "pygments"} <= listed
 
 
@@ -233,7 +233,7 @@ def test_a_two_gpu_reward_training_is_submitted_to_one_node(cluster, tmp_path):
     env = {**cluster, "OMP_NUM_THREADS": "1"}
     workdir = repo_copy(tmp_path / "repo", *WITH_PROFILES)
     tiny = ["--configfile", str(REPO / "tests" / "configs" / "slurm_tiny.yaml")]
-    target = "results/reward/bt/summary.json"
+    target = "results/slurm-tiny/reward/bt/summary.json"  # results_dir: results/{experiment}
     upstream = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *tiny, "--omit-from", "train_reward_model", target],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300,

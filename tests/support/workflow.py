@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from prefpipe.settings.merge import deep_merge
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "tests" / "configs"
-WORKFLOW_FILES = ("Snakefile", "workflow", "config", "envs")
+WORKFLOW_FILES = ("workflow", "config")
 WITH_PROFILES = (
     "src",
     "profiles",
@@ -68,3 +70,19 @@ def workflow_copy(dest: Path, config_name: str) -> Path:
         encoding="utf-8",
     )
     return dest
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m snakemake ARGS` in workdir with this interpreter's bin/ first on PATH (the rules run `python -m
+    prefpipe.<stage>`); the result's `output` is stdout and stderr together."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    result.output = result.stdout + result.stderr
+    return result

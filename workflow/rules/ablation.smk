@@ -15,18 +15,12 @@ rule ablation:
     benchmark:
         f"{RESULTS}/benchmarks/ablation.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("ablation", "threads")
     resources:
-        **placement("ablation"),
-        mem_mb=lambda wildcards, attempt: res("ablation", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("ablation", "runtime") * attempt,
+        **rule_resources("ablation"),
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.ablation, threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.ablation, None),
+        **stage_params(lambda wildcards: SETTINGS.ablation),
         eval=f"{RESULTS}/eval",
-        out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} python -m prefpipe.ablation"
-        " --config {params.cfg:q} --eval {params.eval:q} --out {params.out:q} > {log:q} 2>&1"
+        stage_shell("ablation", "--eval {params.eval:q}")

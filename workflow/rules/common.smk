@@ -2,26 +2,34 @@ import json
 import os
 import re
 import shlex
-import sys
 
-# Rules run `python -m prefpipe.<stage>` with PYTHONPATH={SRC}: a job always imports the code next to this
-# Snakefile (also under --use-conda or on a cluster node where the package is not installed). They `exec` it, so
-# the stage's parent is Snakemake itself and the stage gets SIGTERM when Snakemake dies, even by SIGKILL
-# (prefpipe.common.interrupts.die_with_parent): it checkpoints and stops instead of running on unseen.
-SRC = os.path.join(workflow.basedir, "src")
-sys.path.insert(0, SRC)
+# Rules run `exec python -m prefpipe.<stage>` with the prefpipe installed in their environment (the local
+# virtualenv's editable install, or workflow/envs/prefpipe.yaml under --use-conda): nothing is put on a path
+# from here. `exec` makes the stage's parent Snakemake itself, so the stage gets SIGTERM when Snakemake dies,
+# even by SIGKILL (prefpipe.common.interrupts.die_with_parent): it checkpoints and stops instead of running on.
+from prefpipe.common import model_ref, results_owner, slurm_guard
+from prefpipe.settings import schema
 
-from prefpipe.common import model_ref, slurm_guard
+# The schemas are this workflow's own (workflow/schemas), for this process and every job it starts.
+schema.use_workflow(os.path.dirname(workflow.current_basedir))
+from prefpipe.common.config import ConfigError
 from prefpipe.config_checks import checked_pipeline
+from prefpipe.report.inputs import Manifest, compare_roots
 
 # The one settings layer: the merged config validated against workflow/schemas/config.schema.yaml and typed,
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs, or a name no registry knows (a head type, a
 # verifier; prefpipe.config_checks).
 SETTINGS = checked_pipeline(config)
-RESULTS = (
-    SETTINGS.results_dir
-)  # results_dir: results unless a run gives itself another (scripts/seeds.sh)
+# results_dir: results/<experiment> unless a run gives itself another (scripts/seeds.sh)
+RESULTS = SETTINGS.results_dir
+# Another experiment's finished outputs in RESULTS stop the run here, before any job (nothing deleted); with
+# replace_results: true they are deleted in onstart (a real run only, never a dry run).
+REPLACED = results_owner.check(
+    RESULTS, SETTINGS.raw["experiment"], SETTINGS.raw["replace_results"]
+)
+# report.compare: each entry another existing folder, not this run's own and not named twice (one-line error).
+COMPARED = compare_roots(SETTINGS.report.compare, RESULTS) if SETTINGS.report else {}
 
 
 def stage_config(settings, threads):
@@ -46,6 +54,41 @@ def placement(rule_name):
     return {"slurm_partition": partition} if partition else {}
 
 
+def rule_resources(rule_name, gpu=False):
+    """A rule's resources, the same way for every rule: config `resources.<rule>` over `resources.default`,
+    memory and runtime times the attempt (a retried job asks for more), the pinned partition if any, and the
+    GPU count for the rules whose stage can use one."""
+    table = {
+        **placement(rule_name),
+        "mem_mb": lambda wildcards, attempt: res(rule_name, "mem_mb") * attempt,
+        "runtime": lambda wildcards, attempt: res(rule_name, "runtime") * attempt,
+    }
+    if gpu:
+        table["gpu"] = res(rule_name, "gpu")
+    return table
+
+
+def stage_params(settings_of, out_of="summary"):
+    """The params of every stage: `cfg` (its --config, with the threads Snakemake gives the job), `provenance`
+    (the same with threads None, so a changed setting reruns the stage and a changed thread count does not)
+    and `out` (the folder of output `out_of`). `settings_of(wildcards)` is the stage's settings.
+    """
+    return {
+        "cfg": lambda wildcards, threads: stage_config(settings_of(wildcards), threads),
+        "provenance": lambda wildcards: stage_config(settings_of(wildcards), None),
+        "out": lambda wildcards, output: os.path.dirname(output[out_of]),
+    }
+
+
+def stage_shell(module, args="", launch="python -m"):
+    """A stage rule's command: the installed `prefpipe.<module>` with --config, the rule's own arguments and
+    --out, one OpenMP thread per rule thread, everything it prints to the rule's log."""
+    return (
+        f"OMP_NUM_THREADS={{threads}} exec {launch} prefpipe.{module} --config {{params.cfg:q}} {args}"
+        " --out {params.out:q} > {log:q} 2>&1"
+    )
+
+
 def reward_variants():
     """The variants this run trains (reward.variants narrowed by reward.only)."""
     return list(SETTINGS.reward)
@@ -66,9 +109,20 @@ def imported_models():
     return list(SETTINGS.models)
 
 
+def movable(path):
+    """A resolved path as params and inputs record it: relative when it lies under the working directory (a
+    package in a virtualenv inside the checkout), so a moved checkout records the same value and plans no
+    job; anything else (a path outside, a hub id) unchanged."""
+    if os.path.isabs(path) and not os.path.relpath(path).startswith(os.pardir):
+        return os.path.relpath(path)
+    return path
+
+
 def gguf_input(name):
     """models.<name>.gguf as a file (pkg: references resolved inside the installed package)."""
-    return model_ref.resolve(SETTINGS.models[name].gguf, f"models.{name}.gguf", RESULTS)
+    return movable(
+        model_ref.resolve(SETTINGS.models[name].gguf, f"models.{name}.gguf", RESULTS)
+    )
 
 
 def base_summary():
@@ -93,7 +147,7 @@ def model_path(ref, key, input):
     """The path or hub id a stage receives for a model reference (its input folder when it has one)."""
     if "backbone" in input.keys():
         return input.backbone
-    return model_ref.resolve(ref, key, RESULTS)
+    return movable(model_ref.resolve(ref, key, RESULTS))
 
 
 def reward_backbone_ref(variant):
@@ -256,16 +310,52 @@ def prep_data_outputs():
     return outputs
 
 
-def prompt_files():
-    """Local RL prompt files (data.prompts.path / test_path) as inputs: editing one reruns prep_data."""
-    prompts = SETTINGS.data.prompts
-    if prompts.source in ("synthetic", "hf"):
-        return []
-    return [
-        path
-        for path in (prompts.path, prompts.test_path)
-        if path and os.path.isfile(path)
-    ]
+def data_files():
+    """The local files prep_data reads (data.external.path / test_split for file sources, data.prompts.path /
+    test_path for file prompt sources, a local dataset folder for source hf): its inputs, so editing one reruns
+    prep_data and everything after it. A missing one stops the dry run naming its key and the path.
+    """
+    data = SETTINGS.data
+    files = []
+    for key, source, paths in (
+        (
+            "data.external",
+            data.source,
+            {"path": data.external.path, "test_split": data.external.test_split},
+        ),
+        (
+            "data.prompts",
+            data.prompts.source,
+            {"path": data.prompts.path, "test_path": data.prompts.test_path},
+        ),
+    ):
+        for name, path in paths.items():
+            if (
+                not path
+                or source == "synthetic"
+                or (source == "hf" and not os.path.isdir(path))
+            ):
+                continue  # a hub id or split name: nothing local to read
+            if not os.path.exists(path):
+                raise ConfigError(
+                    f"{key}.{name}: {path} does not exist (prep_data reads it)"
+                )
+            files.append(path)
+    return files
+
+
+def compared_files():
+    """The files the report reads from each report.compare folder (the same manifest as this run's, where
+    present): inputs, so a compared tree rebuilt later rebuilds the report."""
+    manifest = Manifest.standard(reward_variants(), grpo_runs())
+    files = []
+    for root in COMPARED.values():
+        for rels in manifest.files.values():
+            for rel in rels.values():
+                for path in (root / rel, (root / rel).with_name("config.json")):
+                    if path.is_file() and str(path) not in files:
+                        files.append(str(path))
+    return files
 
 
 def report_manifest(input):
@@ -294,3 +384,4 @@ def report_manifest(input):
 onstart:
     # SLURM runs: a missing account stops before the first submission; a lost controller ends the run.
     slurm_guard.start(workflow)
+    results_owner.remove(REPLACED)

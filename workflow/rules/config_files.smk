@@ -1,7 +1,4 @@
 import os
-import sys
-
-sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 from prefpipe.common.config import check_config_files, read_config_file
 from prefpipe.settings.merge import check_overlay
@@ -11,6 +8,7 @@ from prefpipe.settings.merge import check_overlay
 # the file (Snakemake's loader names neither and keeps the last copy of a duplicate key silently), a YAML alias
 # is refused before anything walks the config, and a --configfile that writes `reward.variants: {}` (which
 # merges to nothing) is refused naming the file.
+# config/ is the working directory's (a deployed workflow's own config); prefpipe is the installed package.
 check_config_files(
     [
         path

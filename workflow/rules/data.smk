@@ -1,6 +1,6 @@
 rule prep_data:
     input:
-        prompt_files(),
+        data_files(),
     output:
         **prep_data_outputs(),
         summary=report(
@@ -13,17 +13,11 @@ rule prep_data:
     benchmark:
         f"{RESULTS}/benchmarks/prep_data.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("prep_data", "threads")
     resources:
-        **placement("prep_data"),
-        mem_mb=lambda wildcards, attempt: res("prep_data", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("prep_data", "runtime") * attempt,
+        **rule_resources("prep_data"),
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.data, threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.data, None),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
+        **stage_params(lambda wildcards: SETTINGS.data),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.prep_data"
-        " --config {params.cfg:q} --out {params.out:q} > {log:q} 2>&1"
+        stage_shell("prep_data")

@@ -16,23 +16,19 @@ rule eval_rewardbench:
     benchmark:
         f"{RESULTS}/benchmarks/eval_rewardbench_{{variant}}.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("eval_rewardbench", "threads")
     resources:
-        **placement("eval_rewardbench"),
-        mem_mb=lambda wildcards, attempt: res("eval_rewardbench", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("eval_rewardbench", "runtime") * attempt,
-        gpu=res("eval_rewardbench", "gpu"),
+        **rule_resources("eval_rewardbench", gpu=True),
     params:
-        src=SRC,
+        **stage_params(lambda wildcards: SETTINGS.eval),
         launch=lambda wildcards, resources: single_process(
             "eval_rewardbench", resources.gpu
         ),
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.eval, threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.eval, None),
         data=lambda wildcards, input: os.path.dirname(input.pairs_test),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.eval_rewardbench"
-        " --config {params.cfg:q} --model {input.model:q} --data {params.data:q} --out {params.out:q}"
-        " > {log:q} 2>&1"
+        stage_shell(
+            "eval_rewardbench",
+            "--model {input.model:q} --data {params.data:q}",
+            launch="{params.launch}",
+        )

@@ -28,29 +28,23 @@ rule train_grpo:
         f"{RESULTS}/benchmarks/train_grpo_{{run}}.tsv"
     priority: RL_PRIORITY
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("train_grpo", "threads")
     resources:
-        **placement("train_grpo"),
-        mem_mb=lambda wildcards, attempt: res("train_grpo", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("train_grpo", "runtime") * attempt,
-        gpu=res("train_grpo", "gpu"),
+        **rule_resources("train_grpo", gpu=True),
         # data parallel over the GPUs of one node (accelerate launch, one process per GPU): --nodes=1.
         nodes=1,
     params:
-        src=SRC,
+        **stage_params(lambda wildcards: SETTINGS.grpo[wildcards.run]),
         launch=lambda wildcards, resources: launcher(resources.gpu),
-        cfg=lambda wildcards, threads: stage_config(
-            SETTINGS.grpo[wildcards.run], threads
-        ),
-        provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_train),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.train_grpo"
-        " --config {params.cfg:q} --data {params.data:q} --policy {input.policy:q} {params.reward_flag}"
-        " --out {params.out:q} > {log:q} 2>&1"
+        stage_shell(
+            "train_grpo",
+            "--data {params.data:q} --policy {input.policy:q} {params.reward_flag}",
+            launch="{params.launch}",
+        )
 
 
 rule eval_policy:
@@ -73,27 +67,22 @@ rule eval_policy:
         f"{RESULTS}/benchmarks/eval_policy_{{run}}.tsv"
     priority: RL_PRIORITY
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("eval_policy", "threads")
     resources:
-        **placement("eval_policy"),
-        mem_mb=lambda wildcards, attempt: res("eval_policy", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("eval_policy", "runtime") * attempt,
-        gpu=res("eval_policy", "gpu"),
+        **rule_resources("eval_policy", gpu=True),
     params:
-        src=SRC,
+        **stage_params(lambda wildcards: SETTINGS.grpo[wildcards.run]),
         launch=lambda wildcards, resources: single_process("eval_policy", resources.gpu),
-        cfg=lambda wildcards, threads: stage_config(
-            SETTINGS.grpo[wildcards.run], threads
-        ),
-        provenance=lambda wildcards: stage_config(SETTINGS.grpo[wildcards.run], None),
         data=lambda wildcards, input: os.path.dirname(input.rl_heldout),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
         reward_flag=lambda wildcards, input: reward_model_flag(input),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.eval_policy"
-        " --config {params.cfg:q} --data {params.data:q} --base {input.base:q} --policy {input.policy:q}"
-        " {params.reward_flag} --out {params.out:q} > {log:q} 2>&1"
+        stage_shell(
+            "eval_policy",
+            "--data {params.data:q} --base {input.base:q} --policy {input.policy:q}"
+            " {params.reward_flag}",
+            launch="{params.launch}",
+        )
 
 
 rule grpo_hypotheses:
@@ -109,20 +98,14 @@ rule grpo_hypotheses:
     benchmark:
         f"{RESULTS}/benchmarks/grpo_hypotheses.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
-    threads: 1
+        "../envs/prefpipe.yaml"
+    threads: res("grpo_hypotheses", "threads")
     resources:
-        **placement("report"),
-        mem_mb=lambda wildcards, attempt: res("report", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("report", "runtime") * attempt,
+        **rule_resources("grpo_hypotheses"),
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.hypotheses, threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.hypotheses, None),
+        **stage_params(lambda wildcards: SETTINGS.hypotheses),
         results=lambda wildcards, output: os.path.dirname(
             os.path.dirname(output.summary)
         ),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
     shell:
-        "PYTHONPATH={params.src:q} python -m prefpipe.grpo_hypotheses"
-        " --config {params.cfg:q} --results {params.results:q} --out {params.out:q} > {log:q} 2>&1"
+        stage_shell("grpo_hypotheses", "--results {params.results:q}")

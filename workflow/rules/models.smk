@@ -14,21 +14,11 @@ rule import_model:
         f"{RESULTS}/benchmarks/import_model_{{model}}.tsv"
     priority: RL_PRIORITY if SETTINGS.grpo else 0
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("import_model", "threads")
     resources:
-        **placement("import_model"),
-        mem_mb=lambda wildcards, attempt: res("import_model", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("import_model", "runtime") * attempt,
+        **rule_resources("import_model"),
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(
-            SETTINGS.models[wildcards.model], threads
-        ),
-        provenance=lambda wildcards: stage_config(
-            SETTINGS.models[wildcards.model], None
-        ),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
+        **stage_params(lambda wildcards: SETTINGS.models[wildcards.model]),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.import_model"
-        " --config {params.cfg:q} --gguf {input.gguf:q} --out {params.out:q} > {log:q} 2>&1"
+        stage_shell("import_model", "--gguf {input.gguf:q}")

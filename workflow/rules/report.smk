@@ -15,6 +15,7 @@ rule report:
         grpo_samples=expand(rules.train_grpo.output.samples, run=grpo_runs()),
         policy_eval=expand(rules.eval_policy.output.summary, run=grpo_runs()),
         grpo_hypotheses=hypotheses_summary(),
+        compared=compared_files(),
     output:
         html=report(
             f"{RESULTS}/report/report.html",
@@ -38,20 +39,13 @@ rule report:
     benchmark:
         f"{RESULTS}/benchmarks/report.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("report", "threads")
     resources:
-        **placement("report"),
-        mem_mb=lambda wildcards, attempt: res("report", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("report", "runtime") * attempt,
+        **rule_resources("report"),
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(SETTINGS.report, threads),
-        provenance=lambda wildcards: stage_config(SETTINGS.report, None),
+        **stage_params(lambda wildcards: SETTINGS.report, out_of="html"),
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.data)),
         inputs=lambda wildcards, input: report_manifest(input),
-        out=lambda wildcards, output: os.path.dirname(output.html),
     shell:
-        "PYTHONPATH={params.src:q} exec python -m prefpipe.report"
-        " --config {params.cfg:q} --results {params.results:q} --inputs {params.inputs:q}"
-        " --out {params.out:q} > {log:q} 2>&1"
+        stage_shell("report", "--results {params.results:q} --inputs {params.inputs:q}")

@@ -22,26 +22,15 @@ rule train_reward_model:
         f"{RESULTS}/benchmarks/train_reward_model_{{variant}}.tsv"
     priority: lambda wildcards: rl_priority(wildcards.variant)
     conda:
-        "../../envs/prefpipe.yaml"
+        "../envs/prefpipe.yaml"
     threads: res("train_reward_model", "threads")
     resources:
-        **placement("train_reward_model"),
-        mem_mb=lambda wildcards, attempt: res("train_reward_model", "mem_mb") * attempt,
-        runtime=lambda wildcards, attempt: res("train_reward_model", "runtime")
-        * attempt,
-        gpu=res("train_reward_model", "gpu"),
+        **rule_resources("train_reward_model", gpu=True),
         # accelerate launch runs every process on this node: one node, whatever the GPU count (--nodes=1).
         nodes=1,
     params:
-        src=SRC,
-        cfg=lambda wildcards, threads: stage_config(
-            SETTINGS.reward[wildcards.variant], threads
-        ),
-        provenance=lambda wildcards: stage_config(
-            SETTINGS.reward[wildcards.variant], None
-        ),
+        **stage_params(lambda wildcards: SETTINGS.reward[wildcards.variant]),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
-        out=lambda wildcards, output: os.path.dirname(output.summary),
         launch=lambda wildcards, resources: launcher(
             resources.gpu, SETTINGS.accelerate_config
         ),
@@ -49,12 +38,14 @@ rule train_reward_model:
             *reward_backbone_ref(wildcards.variant), input
         ),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec {params.launch} prefpipe.train_reward"
-        " --config {params.cfg:q} --data {params.data:q} --base {params.backbone:q} --out {params.out:q}"
-        " > {log:q} 2>&1"
+        stage_shell(
+            "train_reward",
+            "--data {params.data:q} --base {params.backbone:q}",
+            launch="{params.launch}",
+        )
 
 
-# Not in `all`: ask for it (snakemake results/.../reward/<variant>/export). A BT model whose head reads only
+# Not in `all`: ask for it (snakemake results/<experiment>/reward/<variant>/export). A BT model whose head reads only
 # the last token's state becomes an AutoModelForSequenceClassification folder, every other model its backbone,
 # head and reward_loader.py; the card reads the variant's evaluation summary.
 rule export_reward_model:
@@ -68,11 +59,12 @@ rule export_reward_model:
     benchmark:
         f"{RESULTS}/benchmarks/export_reward_model_{{variant}}.tsv"
     conda:
-        "../../envs/prefpipe.yaml"
-    threads: 1
+        "../envs/prefpipe.yaml"
+    threads: res("export_reward_model", "threads")
+    resources:
+        **rule_resources("export_reward_model"),
     params:
-        src=SRC,
         run=lambda wildcards, input: os.path.dirname(input.model),
     shell:
-        "PYTHONPATH={params.src:q} OMP_NUM_THREADS={threads} exec python -m prefpipe.export_reward"
+        "OMP_NUM_THREADS={threads} exec python -m prefpipe.export_reward"
         " {params.run:q} {output:q} --eval-summary {input.eval_summary:q} > {log:q} 2>&1"

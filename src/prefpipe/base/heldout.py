@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from prefpipe.common.chat import format_prompt
+from prefpipe.common.progress import progress
 from prefpipe.data.verifier import verify
 from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers
 from prefpipe.generation.tokens import eos_token_ids
@@ -39,7 +40,9 @@ def generate_completions(
         torch.manual_seed(seed)
     out: list[str] = []
     try:
-        for start in range(0, len(prompts), batch_size):
+        starts = range(0, len(prompts), batch_size)
+        label = "held-out decode " + ("greedy" if greedy else "sampled")
+        for start in progress(starts, len(starts), label):
             texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from prefpipe.common.chat import format_pair, format_prompt
 from prefpipe.common.config import ConfigError, DataError
+from prefpipe.common.progress import Progress
 from prefpipe.settings.base import SFTSettings
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ def train_sft(
     order: list[int] = []
     losses: list[float] = []
     model.train()
+    bar = Progress(steps, "base SFT")
     for step in range(steps):
         while len(order) < batch_size:
             order += torch.randperm(len(data.examples), generator=generator).tolist()
@@ -140,6 +142,8 @@ def train_sft(
         losses.append(loss.item())
         if log_step is not None:
             log_step(step=step, sft_loss=losses[-1], lr=lr, grad_norm=float(grad_norm))
+        bar.step(loss=losses[-1], lr=lr, grad_norm=float(grad_norm))
+    bar.close()
     model.eval()
     tail = losses[-min(50, len(losses)) :]
     return {

@@ -6,10 +6,13 @@ so nothing leaves the machine unless a user asks for it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -19,6 +22,7 @@ from typing import Any
 from prefpipe.common.determinism import cpu_kernel_facts
 from prefpipe.common.io import atomic_write_json, to_jsonable, writing
 from prefpipe.common.secrets import redact, redact_argv, redact_values
+from prefpipe.common.tracking import WandbIdentity, wandb_identity
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,33 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+@functools.cache
+def code_revision() -> dict[str, Any]:
+    """The code that ran: a sha256 over the package's source files, and the git commit with a dirty flag
+    (tracked files changed since it) when the imported package lives in a git checkout, so a result can be
+    traced to the code even between releases (the package version alone says 0.1.0 for every commit)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    record: dict[str, Any] = {"source_sha256": digest.hexdigest()}
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        record["git_commit"] = commit
+        record["git_dirty"] = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return record
 
 
 def device_facts() -> dict[str, Any]:
@@ -103,37 +134,45 @@ class RunRecord:
         atomic_write_json(self.out_dir / "config.json", {"stage": stage, "config": redact(config)})
         atomic_write_json(
             self.out_dir / "versions.json",
-            {"packages": package_versions(), "device": device_facts(), "argv": redact_argv(sys.argv)},
+            {
+                "packages": package_versions(),
+                "code": code_revision(),
+                "device": device_facts(),
+                "argv": redact_argv(sys.argv),
+            },
         )
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
     def _init_wandb(self, wandb_settings: dict[str, Any]):
-        """wandb as the run's settings say (settings.run.WandbSettings), named `wandb_name()`. A second
-        record in one process finishes the previous run first (reinit="finish_previous", what the deprecated
-        reinit=True meant)."""
+        """wandb as the run's settings say (settings.run.WandbSettings), with the identity of
+        prefpipe.common.tracking: grouped by experiment and seed, a job type per stage, and an id that a
+        restarted (requeued) stage resumes (resume="allow"). A second record in one process finishes the
+        previous run first (reinit="finish_previous", what the deprecated reinit=True meant)."""
         if not wandb_settings["enabled"]:
             return None
         import wandb
 
-        mode = wandb_settings["mode"]
+        mode, who = wandb_settings["mode"], self.wandb_identity()
         run = wandb.init(
             project=wandb_settings["project"],
-            name=self.wandb_name(),
+            id=who.id,
+            resume="allow",
+            name=who.name,
+            group=who.group,
+            job_type=who.job_type,
+            tags=list(who.tags),
             dir=str(self.out_dir),
             mode=mode,
             config=redact(self.config),
             reinit="finish_previous",
         )
-        log.info("wandb run %s in %s mode", run.id if run else None, mode)
+        log.info(
+            "wandb run %s (%s, group %s, job %s) in %s mode", who.id, who.name, who.group, who.job_type, mode
+        )
         return run
 
-    def wandb_name(self) -> str:
-        """experiment/stage/member: the member is the reward variant or GRPO run of the config, else the
-        output folder's name (the variant for eval_rewardbench, the run for eval_policy), so runs of one
-        experiment can be told apart."""
-        member = self.config.get("variant") or self.config.get("run") or self.out_dir.name
-        parts = [self.config.get("experiment"), self.stage, member]
-        return "/".join(str(p) for p in parts if p)
+    def wandb_identity(self) -> WandbIdentity:
+        return wandb_identity(self.stage, self.config, self.out_dir)
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
         """Append one row to metrics.jsonl as ONE write of a whole line: a signal or a kill never leaves half a

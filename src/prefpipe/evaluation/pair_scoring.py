@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from prefpipe.common.progress import progress
+
 log = logging.getLogger(__name__)
 
 
@@ -76,22 +78,21 @@ def encode_sequences(
     whole = getattr(model, "encode_dataset", None)
     if whole is not None:
         with torch.inference_mode():
-            encoded, n_batches = whole(list(prompts), list(responses), batch_size)
+            encoded, n_batches = whole(list(prompts), list(responses), batch_size, progress_label="scoring")
         _check_batch(encoded, len(prompts))
         return {k: v.detach().to("cpu") for k, v in encoded.items()}, n_batches
     lengths = np.array([len(p) + len(r) for p, r in zip(prompts, responses, strict=True)])
     order = np.argsort(-lengths, kind="stable")  # longest first
     parts = []
     n_batches = 0
+    starts = range(0, len(order), batch_size)
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
+        for start in progress(starts, len(starts), "scoring"):
             idx = order[start : start + batch_size]
             enc = model.encode([prompts[i] for i in idx], [responses[i] for i in idx], batch_size=len(idx))
             _check_batch(enc, len(idx))
             parts.append({k: v.detach().to("cpu") for k, v in enc.items()})
             n_batches += 1
-            if n_batches % 50 == 0:
-                log.info("encoded %d / %d sequences", min(start + batch_size, len(order)), len(order))
         encoded = _cat(parts)
         inverse = torch.from_numpy(np.argsort(order, kind="stable"))
         return {k: v.index_select(0, inverse) for k, v in encoded.items()}, n_batches

@@ -113,6 +113,7 @@ def _decode_all(
                 eval_settings.batch_size,
                 eval_settings.max_prompt_length,
                 run_settings.seed,
+                f"decode {decoding} ({name})",
             )
             for name, (model, tok) in policies.items()
         }

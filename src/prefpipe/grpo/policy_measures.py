@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from prefpipe.common.progress import progress
 from prefpipe.common.stats import wilson_interval
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio
 from prefpipe.grpo.logprobs import completion_logprobs
@@ -31,10 +32,13 @@ def complete(
     batch_size: int,
     max_prompt_length: int | None,
     seed: int,
+    label: str = "decode",
 ) -> Completions:
-    """One completion per prompt, in batches; seeded per batch so the result does not depend on the order."""
+    """One completion per prompt, in batches; seeded per batch so the result does not depend on the order.
+    `label` names the loop's progress in the log."""
     out = Completions()
-    for b, start in enumerate(range(0, len(prompts), batch_size)):
+    starts = range(0, len(prompts), batch_size)
+    for b, start in enumerate(progress(starts, len(starts), label)):
         torch.manual_seed(seed * 100_003 + b)
         ro = generate(model, tokenizer, prompts[start : start + batch_size], 1, settings, max_prompt_length)
         out.texts.extend(ro.texts)
@@ -66,7 +70,8 @@ def kl_to_reference(
     sums: dict[str, float] = defaultdict(float)
     tokens = sequences = 0
     max_abs = 0.0
-    for b, start in enumerate(range(0, len(prompts), batch_size)):
+    starts = range(0, len(prompts), batch_size)
+    for b, start in enumerate(progress(starts, len(starts), "KL to reference")):
         torch.manual_seed(seed * 100_003 + 50_000 + b)
         ro = generate(policy, tokenizer, prompts[start : start + batch_size], 1, settings, max_prompt_length)
         n = ro.completion_ids.shape[1]

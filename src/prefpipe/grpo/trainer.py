@@ -19,12 +19,13 @@ import torch
 
 from prefpipe.common.interrupts import StageInterrupted, StopRequest
 from prefpipe.common.io import write_jsonl
+from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo import diagnostics, inspect_step_save
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines import build_engine
 from prefpipe.grpo.hacking import overoptimisation
-from prefpipe.grpo.metric_names import REWARD_HACKING, STEP_TIME
+from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, STEP_TIME
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import WeightedReward, needs_reference_completions
 from prefpipe.grpo.rollout import GenerationSettings, generate
@@ -212,10 +213,17 @@ class GRPOTrainer:
         start = self._resume()
         if start:  # the checkpoint's weights replaced the ones the engine was built with
             self.engine.sync(self.policy, start - 1)
-        with self.stop:
+        bar = Progress(settings.steps, "GRPO", start=start, enabled=self.dp.is_main)
+        with self.stop, bar:
             for step in range(start, settings.steps):
                 row, batch = self._step(step)
                 self._keep(step, row, batch)
+                bar.step(
+                    reward=row[REWARD_MEAN],
+                    kl_k3=row.get("kl_k3_mean"),
+                    length=row["completion_length_mean"],
+                    lr=row["lr"],
+                )
                 if on_step_end is not None:
                     on_step_end(step, row)
                 self._stop_or_checkpoint(step)
@@ -248,7 +256,7 @@ class GRPOTrainer:
         return {"step": step, **metrics}, batch
 
     def _keep(self, step: int, row: dict[str, Any], batch: StepBatch) -> None:
-        """Record the step's row (metrics, inspection, samples) and log it."""
+        """Record the step's row (metrics, inspection, samples); train() shows it in the log."""
         self.metric_rows.append(row)
         if step in self.settings.inspect_steps and self.dp.is_main:
             inspect_step_save.finish_step(self.out_dir, step, row)
@@ -257,14 +265,6 @@ class GRPOTrainer:
         if self.settings.sample_every and step % self.settings.sample_every == 0 and self.dp.is_main:
             self.sample_rows.extend(self._samples(step, batch))
             write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
-        log.info(
-            "step %d reward %.3f kl_k3 %s len %.1f %.2fs",
-            step,
-            row["reward_mean"],
-            row.get("kl_k3_mean"),
-            row["completion_length_mean"],
-            row[STEP_TIME],
-        )
 
     def _stop_or_checkpoint(self, step: int) -> None:
         """Raise Preempted after a stop signal (checkpointed); else checkpoint every checkpoint_every steps."""

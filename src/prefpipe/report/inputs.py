@@ -55,6 +55,16 @@ class Manifest:
         return cls(files)
 
     @classmethod
+    def listed(cls, results: Path) -> Manifest:
+        """The standard manifest for the variants and runs that have a summary.json under `results` (for a
+        results folder whose report never ran: the workflow itself declares its inputs, never lists them)."""
+
+        def names(stage: str) -> list[str]:
+            return sorted(p.parent.name for p in Path(results).glob(f"{stage}/*/summary.json"))
+
+        return cls.standard(names("reward"), names("grpo"))
+
+    @classmethod
     def from_json(cls, text: str) -> Manifest:
         try:
             raw = json.loads(text)
@@ -126,13 +136,23 @@ class Tree:
         return None
 
 
-def compare_roots(compare: dict[str, str]) -> dict[str, Path]:
-    """`report.compare` folders; a missing one is a one-line error naming it."""
-    roots = {}
+def compare_roots(compare: dict[str, str], own: str | Path | None = None) -> dict[str, Path]:
+    """`report.compare` folders (other experiments' or seeds' results folders, shown beside this run's). A
+    missing folder, this run's own folder (`own`) or a folder another entry already names is a one-line error
+    naming the key: each would compare a tree with itself."""
+    roots: dict[str, Path] = {}
+    seen: dict[Path, str] = {} if own is None else {Path(own).resolve(): ""}
     for name, path in compare.items():
         root = Path(path).expanduser()
         if not root.is_dir():
             raise ConfigError(f"report.compare.{name}: {path} is not a directory")
+        first = seen.setdefault(root.resolve(), name)
+        if first == "":
+            raise ConfigError(f"report.compare.{name}: {path} is this run's own results folder ({own})")
+        if first != name:
+            raise ConfigError(
+                f"report.compare.{name}: {path} is the folder report.compare.{first} already names"
+            )
         roots[name] = root
     return roots
 

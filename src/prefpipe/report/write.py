@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from prefpipe.common.io import atomic_dir, atomic_write_text
+from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text
 from prefpipe.common.run_record import RunRecord
 from prefpipe.report.document import Document
 from prefpipe.report.html import render_html
@@ -19,6 +19,7 @@ from prefpipe.settings.build import to_mapping
 from prefpipe.settings.report import ReportSettings
 
 log = logging.getLogger("prefpipe.report")
+INPUTS_FILE = "inputs.json"  # the manifest the report was built from, next to it
 
 
 def document(config: ReportSettings, results: Path, manifest: Manifest) -> Document:
@@ -62,6 +63,7 @@ def build(config: ReportSettings, results: Path, out: Path, manifest: Manifest) 
         for figure in doc.figures():
             (tmp / f"{figure.name}.png").write_bytes(figure.png)
     atomic_write_text(out / "report.md", md_text)
+    atomic_write_json(out / INPUTS_FILE, manifest.files)  # `prefpipe report` rebuilds from it
     atomic_write_text(out / "report.html", html_text)
     stats = {
         "n_sections": len(doc.sections),
@@ -70,7 +72,7 @@ def build(config: ReportSettings, results: Path, out: Path, manifest: Manifest) 
         "build_s": round(time.time() - start, 3),
     }
     record.log(step=None, html_bytes=len(html_text.encode("utf-8")), **stats)
-    summary = {**stats, "outputs": ["report.html", "report.md", "figures/"]}
+    summary = {**stats, "outputs": ["report.html", "report.md", "figures/", INPUTS_FILE]}
     record.finish(summary)
     log.info(
         "report: %d sections, %d figures, %d tables -> %s",

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from prefpipe.common.progress import Progress, progress
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.losses import LossParts
 from prefpipe.reward.model import RewardModel
@@ -47,7 +48,8 @@ def cache_features(
     rows = list(chosen) + list(rejected)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
     pooled, prompt = [], []
-    for start in range(0, len(order), batch_size):
+    starts = range(0, len(order), batch_size)
+    for start in progress(starts, len(starts), "head fit features"):
         batch = rm.encoder.pad([rows[i] for i in order[start : start + batch_size]])
         p, h = rm.features(**{k: v.to(rm.device) for k, v in batch.items()})
         pooled.append(p.float())
@@ -79,6 +81,7 @@ def fit_head(
     learning_rate: float,
     step: int,
     schedule: str,
+    label: str = "",
 ) -> dict[str, Any]:
     """`steps` full-batch Adam steps on the head's parameters (the backbone is not touched), at a constant
     learning rate or one that decays to 0 along a cosine (`schedule`); returns the eval-mode loss and pair
@@ -93,15 +96,20 @@ def fit_head(
     )
     rm.head.train()
     trace, every = [], max(1, steps // 10)
+    bar = Progress(steps, f"head fit {label}".rstrip())
     for i in range(steps):
         parts = pair_loss(rm, feats, step)
+        loss = parts.loss.detach()
         if i % every == 0:
-            trace.append(round(float(parts.loss.detach()), 6))
+            trace.append(round(float(loss), 6))
+        lr = optimizer.param_groups[0]["lr"]
         optimizer.zero_grad(set_to_none=True)
         parts.loss.backward()
         optimizer.step()
         if decay is not None:
             decay.step()
+        bar.step(loss=loss, lr=lr)
+    bar.close()
     loss1, acc1 = _evaluate(rm, feats, step)
     rm.head.train(was_training)
     return {
@@ -135,7 +143,7 @@ def fit_stage(
     if standardize:
         rm.head.input_norm.fit(feats.pooled)
     fit = settings.train.head_fit
-    metrics = fit_head(rm, feats, steps, fit.learning_rate, step, fit.schedule)
+    metrics = fit_head(rm, feats, steps, fit.learning_rate, step, fit.schedule, name)
     metrics["feature_seconds"] = seconds
     log.info(
         "head fit %s: %d full-batch steps on %d pairs, loss %.4f -> %.4f, accuracy %.3f -> %.3f "

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefpipe.common.progress import progress
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
 from prefpipe.reward.batching import Batch, plan_batches
@@ -176,16 +177,17 @@ class RewardModel(nn.Module):
         return kwargs
 
     @torch.no_grad()
-    def cache_likelihood(self, rows: list[TokenizedRow], batch_size: int) -> None:
+    def cache_likelihood(self, rows: list[TokenizedRow], batch_size: int, show_progress: bool = True) -> None:
         """Set each row's likelihood summary once (likelihood_features; nothing otherwise): the frozen model
         gives the same summary at every step, so training steps, the shared-prompt form and the head fits read
         it instead of running the frozen model on every micro-batch. Rows go sorted by length in batches of
         `batch_size`; a row's summary depends on the row alone up to float rounding (its padded width moves the
-        last bits), and the cache fixes one value per row."""
+        last bits), and the cache fixes one value per row. `show_progress`: a bar in the log (the main process's)."""
         if not self.spec.likelihood_features:
             return
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-        for start in range(0, len(order), batch_size):
+        starts = range(0, len(order), batch_size)
+        for start in progress(starts, len(starts), "likelihood features", enabled=show_progress):
             chunk = [rows[i] for i in order[start : start + batch_size]]
             batch = {k: v.to(self.device) for k, v in self.encoder.pad(chunk).items()}
             stats = likelihood.response_stats(
@@ -291,7 +293,11 @@ class RewardModel(nn.Module):
 
     @torch.inference_mode()
     def encode_dataset(
-        self, prompts: Sequence[str], responses: Sequence[str], batch_size: int
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        batch_size: int,
+        progress_label: str | None = None,
     ) -> tuple[dict[str, torch.Tensor], int]:
         """Encode a whole dataset at once; returns the encodings (row order) and the number of forward passes.
 
@@ -300,7 +306,8 @@ class RewardModel(nn.Module):
         without an attention mask, the others pad to their longest row; a Llama backbone runs through
         lean_encode's fused forward. Outputs stay on the model's device until the end (no host sync per batch).
         Truncations are counted per row, duplicates included, as tokenize() would. Each of `extra_heads` is
-        applied to the same features; its encodings are returned as "<name>/<key>"."""
+        applied to the same features; its encodings are returned as "<name>/<key>". With `progress_label` (an
+        evaluation's scoring, not a GRPO step's), the batches show progress in the log (prefpipe.common.progress)."""
         if self.training:
             raise RuntimeError("RewardModel.encode needs eval mode (call .eval()); train mode samples")
         heads = {"": self.head} | {f"{name}/": head.eval() for name, head in self.extra_heads.items()}
@@ -314,7 +321,9 @@ class RewardModel(nn.Module):
         parts: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         order: list[int] = []
         batches = self._scoring_batches(rows, batch_size)
-        for number, batch in enumerate(batches, start=1):
+        for batch in progress(
+            batches, len(batches), progress_label or "", enabled=progress_label is not None
+        ):
             pooled, h_prompt = self.features(
                 **self._batch_inputs([rows[i] for i in batch.rows], batch), lean=lean
             )
@@ -323,8 +332,6 @@ class RewardModel(nn.Module):
                 for k in head.encoding_keys:
                     parts[prefix + k].append(out[k])
             order += batch.rows
-            if number % 50 == 0:
-                log.info("encoded %d / %d batches", number, len(batches))
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
         index = inverse[torch.tensor(where, dtype=torch.long)].to(self.device)

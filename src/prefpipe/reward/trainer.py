@@ -25,10 +25,11 @@ from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
 from prefpipe.common.interrupts import StageInterrupted, StopRequest, signal_name
 from prefpipe.common.io import atomic_write_json, read_json
+from prefpipe.common.progress import Progress
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.fast import shared_prompt
-from prefpipe.reward.metrics import GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, STEP, SUMMED
+from prefpipe.reward.metrics import ACCURACY, GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, LOSS, STEP, SUMMED
 from prefpipe.reward.network import RewardModel
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.train_setup import (
@@ -285,7 +286,7 @@ class RewardTrainer:
         set_seed(s.seed, device_specific=True)  # distinct sampling/dropout noise per process, reproducible
         chosen, rejected, truncated_pairs = self._tokenize()
         if self.acc.distributed_type != DistributedType.DEEPSPEED:  # ZeRO-3 partitions the frozen model too
-            self.rm.cache_likelihood(chosen + rejected, t.micro_batch_size)
+            self.rm.cache_likelihood(chosen + rejected, t.micro_batch_size, self.acc.is_main_process)
         half = deepspeed_param_dtype(self.acc)
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)
@@ -302,10 +303,12 @@ class RewardTrainer:
         model, optimizer, scheduler = self.acc.prepare(self.rm, optimizer, scheduler)
         fingerprint = self.fingerprint
         start, history, resumed_from = self._resume()
-        with self.stop:
+        bar = Progress(self.steps, "reward training", start=start, enabled=self.acc.is_main_process)
+        with self.stop, bar:
             for step in range(start, self.steps):
                 row = self._step(step, model, optimizer, scheduler, (chosen, rejected))
                 history.append(row)
+                bar.step(loss=row[LOSS], accuracy=row[ACCURACY], lr=row["lr"], grad_norm=row[GRAD_NORM])
                 if self.log_fn and self.acc.is_main_process:
                     self.log_fn(**row)
                 if self.on_step_end is not None:

@@ -32,7 +32,9 @@ from prefpipe.settings.report import ReportSettings
 from prefpipe.settings.reward import RewardSettings
 from prefpipe.settings.run import RUN_WIDE_KEYS
 
-DEFAULT_CONFIG = schema.REPO_ROOT / "config" / "config.yaml"
+# The working directory's config/config.yaml (a deployed workflow's own), else the checkout's.
+_CWD_CONFIG = Path("config/config.yaml").resolve()
+DEFAULT_CONFIG = _CWD_CONFIG if _CWD_CONFIG.is_file() else schema.REPO_ROOT / "config" / "config.yaml"
 T = TypeVar("T")
 
 
@@ -45,6 +47,11 @@ def load_config(*overlays: str | Path | dict[str, Any], base: str | Path = DEFAU
         check_overlay(values, "overlay" if isinstance(overlay, dict) else str(overlay))
         config = deep_merge(config, values)
     return config
+
+
+def results_dir(config: dict[str, Any]) -> str:
+    """config `results_dir` with `{experiment}` replaced by the experiment's name (default results/<name>)."""
+    return str(config["results_dir"]).replace("{experiment}", str(config["experiment"]))
 
 
 def _narrow(names: list[str], only: list[str] | None, key: str, collection: str) -> list[str]:
@@ -74,7 +81,7 @@ class PipelineSettings:
     accelerate_config: (
         str | None
     )  # launch.accelerate_config: the accelerate file for multi-GPU reward training
-    results_dir: str  # the folder every stage writes under (a workflow key, no stage reads it)
+    results_dir: str  # the folder every stage writes under, `{experiment}` filled in (a workflow key)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
@@ -130,7 +137,7 @@ class PipelineSettings:
             report=stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None,
             hypotheses=hypotheses,
             accelerate_config=raw["launch"]["accelerate_config"],
-            results_dir=raw["results_dir"],
+            results_dir=results_dir(raw),
         )
 
     def needs_base(self) -> bool:

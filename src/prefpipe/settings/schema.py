@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,32 @@ from referencing.jsonschema import DRAFT202012
 from prefpipe.common.config import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SCHEMA_DIR = REPO_ROOT / "workflow" / "schemas"
+# The workflow's schemas: PREFPIPE_SCHEMA_DIR when set (the Snakefile sets it to its own workflow/schemas, so a
+# deployed workflow and its jobs use the schemas it ships, whatever prefpipe is installed), else the checkout's.
+SCHEMA_DIR_ENV = "PREFPIPE_SCHEMA_DIR"
 ROOT_SCHEMA = "config.schema.yaml"
+
+
+def schema_dir() -> Path:
+    return Path(os.environ.get(SCHEMA_DIR_ENV) or REPO_ROOT / "workflow" / "schemas")
+
+
+def use_workflow(workflow_dir: str | Path) -> None:
+    """Called by the Snakefile: this process and the jobs it starts (which inherit the environment) read the
+    schemas of the workflow being run, and its conda post-deploy script installs prefpipe from the checkout
+    that holds it (PREFPIPE_SOURCE)."""
+    os.environ[SCHEMA_DIR_ENV] = str(Path(workflow_dir) / "schemas")
+    os.environ["PREFPIPE_SOURCE"] = str(Path(workflow_dir).parent)
+    _load.cache_clear()
 
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
-    path = SCHEMA_DIR / name
+    path = schema_dir() / name
     if not path.is_file():
-        raise ConfigError(f"schema file {path} is missing (prefpipe must run from its repository checkout)")
+        raise ConfigError(
+            f"schema file {path} is missing (set {SCHEMA_DIR_ENV} to the workflow's workflow/schemas folder)"
+        )
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
 

@@ -38,8 +38,11 @@ def build(ctx: Context) -> Section | None:
     for tree in trees:
         by_exp.setdefault(tree.experiment, []).append(tree)
     rows, policy_rows, ablation_rows = [], [], []
+    side: dict[str, list[str]] = {v: [] for v in ctx.variants}  # variant -> its Overall per experiment
     for exp, members in by_exp.items():
         stats = seed_stats.across(members, ctx.bench)
+        for v in ctx.variants:
+            side[v].append(seed_stats.cell(stats.get((v, frames.OVERALL))))
         for v in ctx.variants:
             cells = [seed_stats.cell(stats.get((v, i))) for i in ITEMS]
             rows.append([exp, v, str(len(members)), *cells])
@@ -53,7 +56,8 @@ def build(ctx: Context) -> Section | None:
         "(ECE too)."
     )
     names = ", ".join(f"{t.name} (seed {t.seed})" for t in trees)
-    blocks = [
+    blocks = _side_by_side(ctx.bench, by_exp, side, note)
+    blocks += [
         Table(
             f"Reward models on {ctx.bench}: {names}",
             ["Experiment", "Variant", "Trees", *ITEMS.values()],
@@ -83,3 +87,21 @@ def build(ctx: Context) -> Section | None:
             )
         )
     return Section(TITLE, blocks, ANCHOR)
+
+
+def _side_by_side(bench: str, by_exp: dict[str, list], side: dict[str, list[str]], note: str) -> list[Table]:
+    """One column per experiment (only when more than one is compared), naming each experiment's folders."""
+    if len(by_exp) < 2:
+        return []
+    folders = "; ".join(
+        f"{exp}: {', '.join(str(t.root) for t in members)}" for exp, members in by_exp.items()
+    )
+    return [
+        Table(
+            f"Overall on {bench}, experiments side by side",
+            ["Variant", *by_exp],
+            [[v, *cells] for v, cells in side.items()],
+            f"{note} Folders: {folders}.",
+            anchor="compare-side-by-side",
+        )
+    ]

@@ -1,0 +1,132 @@
+"""prefpipe's commands for finished result folders (the workflow itself runs with Snakemake).
+
+    prefpipe report RESULTS [--compare NAME=DIR ...] [--out DIR] [--config FILE]
+    prefpipe inspect RUN --step N [...]
+    prefpipe export RUN OUT [--format ...]
+
+Each subcommand hands its work to the module that owns it (prefpipe.report, prefpipe.inspect_grpo,
+prefpipe.export_reward), with that module's own arguments; nothing here decides anything they decide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from prefpipe.common.config import ConfigError, load_config_arg
+from prefpipe.common.io import read_json
+from prefpipe.report.inputs import Manifest
+
+REPORT_DIR = "report"  # the workflow's report folder under a results folder
+DEFAULT_OUT = "prefpipe-report"
+
+REPORT_HELP = """Build the comparison report (report.html, report.md, figures/) from a finished results folder,
+optionally beside other results folders (other seeds, configurations or code versions). The report's settings
+are the ones the workflow's report used (RESULTS/report/config.json) unless --config names others; --compare
+replaces their report.compare. The files read are the ones that report declared (RESULTS/report/inputs.json),
+else every reward variant and GRPO run with a summary.json under RESULTS."""
+
+
+def compare_pair(text: str) -> tuple[str, str]:
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"--compare {text!r}: expected NAME=DIR (e.g. seed7=results_seed7)")
+    return name, folder
+
+
+def add_report(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("report", help="build the comparison report", description=REPORT_HELP)
+    p.add_argument("results", type=Path, help="a finished results folder (e.g. results)")
+    p.add_argument(
+        "--compare",
+        type=compare_pair,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another results folder to compare with, shown as NAME (repeat for more)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--config", help="report settings (JSON or YAML file, or inline JSON) instead of the recorded ones"
+    )
+    p.set_defaults(run=run_report)
+
+
+def report_settings(args: argparse.Namespace) -> dict:
+    """The report stage's --config mapping: given, or recorded by the workflow's report; --compare applied."""
+    recorded = args.results / REPORT_DIR / "config.json"
+    if args.config is not None:
+        config = load_config_arg(args.config)
+    elif recorded.is_file():
+        config = read_json(recorded)["config"]
+    else:
+        raise ConfigError(f"{recorded}: not found (run the workflow's report once, or pass --config FILE)")
+    if args.compare:
+        config["compare"] = dict(args.compare)
+    return config
+
+
+def report_manifest(results: Path) -> Manifest:
+    from prefpipe.report.write import INPUTS_FILE
+
+    recorded = results / REPORT_DIR / INPUTS_FILE
+    if recorded.is_file():
+        return Manifest.from_json(recorded.read_text(encoding="utf-8"))
+    return Manifest.listed(results)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from prefpipe.report.__main__ import main as report_main
+
+    if not args.results.is_dir():
+        print(f"prefpipe report: {args.results}: no such folder", file=sys.stderr)
+        return 2
+    try:
+        config, manifest = report_settings(args), report_manifest(args.results)
+    except ConfigError as err:
+        print(f"prefpipe report: {err}", file=sys.stderr)
+        return 2
+    argv = ["--config", json.dumps(config), "--results", str(args.results), "--inputs", manifest.to_json()]
+    code = report_main([*argv, "--out", str(args.out)])
+    if code == 0:
+        print(f"{args.out / 'report.html'}")
+    return code
+
+
+# name -> (module, summary): subcommands whose arguments are their module's own `parser()`. The modules load
+# torch, so each is imported only when its subcommand runs (`prefpipe report` and `--help` stay light).
+DELEGATES = {
+    "inspect": ("prefpipe.inspect_grpo", "one GRPO step, token by token (a saved or a fresh batch)"),
+    "export": ("prefpipe.export_reward", "a trained reward model as a folder other tools load"),
+}
+
+
+def run_delegate(name: str, argv: list[str]) -> int:
+    module = importlib.import_module(DELEGATES[name][0])
+    return module.run(module.parser(prog=f"prefpipe {name}").parse_args(argv))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prefpipe", description=__doc__.split("\n")[0])
+    commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_report(commands)
+    for name, (_module, summary) in DELEGATES.items():
+        commands.add_parser(name, help=summary, add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATES:
+        return run_delegate(argv[0], argv[1:])
+    args = parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
