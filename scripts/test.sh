@@ -54,3 +54,8 @@ for experiment in config/experiments/*.yaml .test/config/*.yaml; do
 done
 echo "== pytest"
 python -m pytest "$@"
+if [ "${PREFPIPE_VLLM:-0}" = "1" ]; then
+    echo "== vLLM tier (PREFPIPE_VLLM=1)"
+    bash scripts/vllm_env.sh
+    "${PREFPIPE_VLLM_VENV:-.venv-vllm}/bin/python" -m pytest -q tests/test_grpo_vllm.py
+fi

@@ -121,6 +121,16 @@ def tiny_llama(tokenizer: Any, seed: int = 0, hidden: int = 32, layers: int = 2)
     return model
 
 
+def tiny_smollm2(tokenizer: Any, seed: int = 0) -> LlamaForCausalLM:
+    """A random 2-layer model of SmolLM2's architecture (Llama with grouped-query attention and tied
+    embeddings), head size 32 (a size vLLM's CPU attention supports), generation ids set."""
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_llama_config(tokenizer, 128, 2, 4, 2, 256, tie_word_embeddings=True))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def save_tiny_policy(folder: Path, seed: int = 0, chat_template: bool = True) -> Path:
     """`tiny_llama` + `chat_tokenizer` saved as an HF folder (a policy or a reward backbone)."""
     tok = chat_tokenizer(chat_template=chat_template)

@@ -116,9 +116,14 @@ def grpo_loss(
     ref_logp: torch.Tensor | None,
     kl_estimator: str,
     log_ratio_clamp: float | None,
+    sampler_weights: torch.Tensor | None = None,
 ) -> LossOutput:
-    """Clipped surrogate + beta * per-token KL, aggregated; ref_logp is required iff beta != 0."""
+    """Clipped surrogate + beta * per-token KL, aggregated; ref_logp is required iff beta != 0.
+    `sampler_weights` (detached, per token) weight the surrogate for a separate sampling engine's mismatch
+    (grpo/engines/correction.py; the KL term is not weighted)."""
     surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
+    if sampler_weights is not None:
+        surrogate = surrogate * sampler_weights
     per_token = surrogate
     kl_loss = None
     if not no_kl_term(beta):

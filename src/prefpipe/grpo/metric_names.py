@@ -35,10 +35,11 @@ FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
     "clip_ratio_region",
 )
 STEP_TIME = "step_time"
+ENGINE_SYNC_TIME = "engine_sync_time"  # a separate rollout engine's weight sync and probe (grpo/engines/)
 # The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
 # inspector's table sums to.
 LOSS_FIRST_ITERATION = "loss_first_iteration"
-TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second")
+TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second", ENGINE_SYNC_TIME)
 
 # --- train_grpo summary.json
 REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/hacking.py)

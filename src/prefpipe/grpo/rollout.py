@@ -43,6 +43,9 @@ class Rollout:
     truncated: torch.Tensor  # (N,) bool: no EOS within max_new_tokens
     prompt_truncated: torch.Tensor  # (N,) bool
     texts: list[str]  # decoded completions up to the first EOS, special tokens removed
+    # (N, C) the sampling engine's own log-prob of each completion token (a separate engine such as vLLM; None
+    # when the policy module sampled them itself): the trainer logs the gap to its own and corrects for it
+    sampler_logprobs: torch.Tensor | None = None
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -119,10 +122,11 @@ def generate(
         )
     finally:
         model.train(was_training)
-    return _rollout(tokenizer, batch, group_size, completion_ids, eos_ids, device)
+    return build_rollout(tokenizer, batch, group_size, completion_ids, eos_ids, device)
 
 
-def _rollout(tokenizer, batch: PromptBatch, group_size: int, completion_ids, eos_ids, device) -> Rollout:
+def build_rollout(tokenizer, batch: PromptBatch, group_size: int, completion_ids, eos_ids, device) -> Rollout:
+    """The Rollout of `completion_ids` (N, C; right padded, prompt-major) sampled for the prompts of `batch`."""
     mask, has_eos = completion_mask(completion_ids, eos_ids)
     return Rollout(
         prompt_ids=batch.input_ids.repeat_interleave(group_size, dim=0).to(device),
@@ -168,4 +172,4 @@ def generate_hf(
     finally:
         model.train(was_training)
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    return _rollout(tokenizer, batch, group_size, sequences[:, prompt_ids.shape[1] :], eos_ids, device)
+    return build_rollout(tokenizer, batch, group_size, sequences[:, prompt_ids.shape[1] :], eos_ids, device)

@@ -95,6 +95,7 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
         type(trainer.reference).__name__,
     )
     summary = trainer.train()
+    trainer.engine.close()
     summary["processes"] = dp.world_size
     if not dp.is_main:
         dp.close()

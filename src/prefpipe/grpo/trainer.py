@@ -23,6 +23,7 @@ from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo import diagnostics, inspect_step_save
 from prefpipe.grpo.data_parallel import DataParallel
+from prefpipe.grpo.engines import build_engine
 from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, STEP_TIME
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
@@ -76,14 +77,8 @@ class GRPOTrainer:
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.dp = data_parallel or DataParallel()
         self.optimizer = make_adamw(self.params, settings)
-        self.gen = GenerationSettings(
-            settings.max_new_tokens,
-            settings.temperature,
-            settings.top_p,
-            settings.top_k,
-            True,
-            fast=settings.fast_paths,
-        )
+        # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
+        self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp.world_size)
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
@@ -128,8 +123,8 @@ class GRPOTrainer:
         uniforms = uniforms[share.start * G : share.stop * G]
         t0 = time.perf_counter()
         prompts = [r["prompt"] for r in rows]
-        rollout = generate(
-            self.policy, self.tokenizer, prompts, G, self.gen, settings.max_prompt_length, uniforms=uniforms
+        rollout = self.engine.generate(
+            self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step
         )
         t1 = time.perf_counter()
         refs = None
@@ -216,6 +211,8 @@ class GRPOTrainer:
         (checkpointed)."""
         settings = self.settings
         start = self._resume()
+        if start:  # the checkpoint's weights replaced the ones the engine was built with
+            self.engine.sync(self.policy, start - 1)
         bar = Progress(settings.steps, "GRPO", start=start, enabled=self.dp.is_main)
         with self.stop, bar:
             for step in range(start, settings.steps):
@@ -244,6 +241,7 @@ class GRPOTrainer:
             self._save_inspection(step, batch)
         t1 = time.perf_counter()
         metrics.update(self._update(batch))
+        metrics.update(self.engine.sync(self.policy, step))  # the next rollout samples the updated policy
         step_time = time.perf_counter() - t0
         n_tokens = int(batch.rollout.attention_mask.sum())
         metrics.update(

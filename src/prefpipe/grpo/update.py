@@ -15,6 +15,7 @@ import torch
 
 from prefpipe.grpo import diagnostics
 from prefpipe.grpo.data_parallel import DataParallel
+from prefpipe.grpo.engines import correction
 from prefpipe.grpo.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.master_weights import MasterWeights, needs_master_weights
@@ -144,9 +145,10 @@ def _iteration(
     sums = torch.zeros(5, dtype=torch.float64, device=learner.device)
     for i, mb in enumerate(micro):
         logp, ent = mb.logprobs(learner.policy, s.temperature, with_entropy=first is not None)
+        old = old_logp[i] if old_logp[i] is not None else logp.detach()
         out = grpo_loss(
             logp,
-            old_logp[i] if old_logp[i] is not None else logp.detach(),
+            old,
             batch.advantages[mb.rows],
             mb.mask,
             norms,
@@ -157,6 +159,7 @@ def _iteration(
             ref_logp=ref_logp[i],
             kl_estimator=s.kl_estimator,
             log_ratio_clamp=s.log_ratio_clamp,
+            sampler_weights=_sampler_weights(s, batch.rollout, mb, old),
         )
         out.loss.backward()
         sums += torch.stack(
@@ -171,6 +174,18 @@ def _iteration(
         if first is not None:
             first.record(mb, logp, ent, ref_logp[i])
     return sums
+
+
+def _sampler_weights(
+    s: GrpoSettings, rollout: Rollout, mb: MicroBatch, old: torch.Tensor
+) -> torch.Tensor | None:
+    """Truncated importance weights for a separate sampling engine's mismatch (None: the policy sampled)."""
+    if rollout.sampler_logprobs is None:
+        return None
+    sampler = correction.span_sampler_logprobs(mb, rollout.sampler_logprobs, old)
+    return correction.importance_weights(
+        old, sampler, mb.mask, s.rollout.importance_correction, s.rollout.importance_cap
+    )
 
 
 def _step_optimizer(learner: Learner, it: int, it_sums: torch.Tensor) -> float:
@@ -252,6 +267,12 @@ def _metrics(
         "num_loss_tokens": norms.num_tokens,
         PROMPT_LOSS_SHARE: prompt_tokens / max(norms.num_tokens, 1),
     }
+    if batch.rollout.sampler_logprobs is not None:  # engine vs trainer log-probs at the rollout weights
+        metrics.update(
+            correction.gap_metrics(
+                first.logp, batch.rollout.sampler_logprobs, comp_mask, s.rollout.importance_cap, dp
+            )
+        )
     if first.ref is not None:  # KL diagnostics over this process's rows
         metrics["kl_loss"] = kl_loss / k
         metrics.update(diagnostics.kl_metrics(first.logp, first.ref, comp_mask))

@@ -25,6 +25,19 @@ class GrpoLoraSettings:
 
 
 @dataclass
+class RolloutSettings:
+    """Who samples the completions: `plain` (prefpipe's decode) or a colocated `vllm` engine, and how the
+    trainer corrects for the engine's log-prob mismatch (prefpipe.grpo.engines)."""
+
+    engine: str  # plain | vllm
+    gpu_memory_utilization: float  # vllm on CUDA only
+    cpu_kv_cache_gib: float  # vllm on CPU only
+    importance_correction: str  # none | token_truncate
+    importance_cap: float
+    sync_tolerance: float
+
+
+@dataclass
 class PolicyEvalSettings:
     primary: str  # headline decoding: sampled | greedy (both are always reported)
     max_new_tokens: int
@@ -67,6 +80,7 @@ class GrpoSettings(RunSettings):
     reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
     lora: GrpoLoraSettings
+    rollout: RolloutSettings
     rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults
     reward_model: str | None
     sample_every: int
