@@ -45,9 +45,18 @@ fi
 
 stamp="$VENV/.prefpipe-installed-$EXTRAS"
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    exit 0
-fi
+# A virtualenv installed with more extras (scripts/test.sh asks for dev,slurm,deepspeed) serves a smaller set
+# (run.sh asks for dev,slurm): reuse any current stamp whose extras include every wanted one.
+covers() {
+    local have=",$1," extra
+    for extra in ${EXTRAS//,/ }; do
+        case "$have" in *",$extra,"*) ;; *) return 1 ;; esac
+    done
+}
+for existing in "$VENV"/.prefpipe-installed-*; do
+    [ -f "$existing" ] && [ "$(cat "$existing")" = "$want" ] || continue
+    covers "${existing##*/.prefpipe-installed-}" && exit 0
+done
 
 index_answers() {
     "$VENV/bin/python" - "$1" <<'PY' >/dev/null 2>&1

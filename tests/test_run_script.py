@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.bootstrap_stamp import bootstrapped_for
 from support.workflow import REPO, workflow_copy
 
 EXTENDED = "is extended by additional config"
@@ -26,8 +27,7 @@ def _venv() -> Path:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     venv = _venv()
-    stamps = list(venv.glob(".prefpipe-installed-dev,slurm"))
-    if not stamps or not (REPO / "scripts" / "bootstrap.sh").exists():
+    if not bootstrapped_for(venv) or not (REPO / "scripts" / "bootstrap.sh").exists():
         pytest.skip(
             f"run.sh needs a bootstrapped virtualenv (scripts/bootstrap.sh dev,slurm); {venv} is not one"
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.bootstrap_stamp import bootstrapped_for
 from support.eval_tree import decisions, write_eval
 from support.markdown_tables import tables
 from support.settings import pipeline, stage_json
@@ -126,7 +127,7 @@ def test_two_experiments_compared_are_shown_side_by_side(tmp_path):
 
 def _bootstrapped_venv() -> Path:
     venv = Path(sys.prefix)
-    if not list(venv.glob(".prefpipe-installed-dev,slurm")):
+    if not bootstrapped_for(venv):
         pytest.skip(f"seeds.sh runs run.sh, which needs a bootstrapped virtualenv; {venv} is not one")
     return venv
 
