@@ -106,6 +106,8 @@ def _settings(case: dict):
     from support.settings import grpo_settings
 
     over = {"lora": {"enabled": True}} if case["lora"] else {}
+    if case.get("max_prompt_length"):
+        over["max_prompt_length"] = case["max_prompt_length"]
     return grpo_settings(
         {
             "steps": case["steps"] + 1, "prompts_per_step": case["prompts"], "num_generations": case["G"],
@@ -150,6 +152,7 @@ def worker_prefpipe(case: dict) -> dict:
         return torch.tensor(reward_length(inputs.completions))
 
     times: list[float] = []
+    rollout_times: list[float] = []
     generated: list[float] = []
     marks = {}
 
@@ -160,7 +163,9 @@ def worker_prefpipe(case: dict) -> dict:
 
     def timed_rollout(step):
         marks["t0"] = now()
-        return orig_rollout(step)
+        batch = orig_rollout(step)
+        rollout_times.append(now() - marks["t0"])
+        return batch
 
     trainer._rollout = timed_rollout
 
@@ -169,7 +174,7 @@ def worker_prefpipe(case: dict) -> dict:
         generated.append(row["completion_length_mean"] * case["prompts"] * case["G"])
 
     trainer.train(on_step_end=on_end)
-    return {"times": times[1:], "generated": generated[1:]}
+    return {"times": times[1:], "rollout_times": rollout_times[1:], "generated": generated[1:]}
 
 
 def worker_trl(case: dict) -> dict:

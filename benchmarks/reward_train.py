@@ -156,10 +156,13 @@ def worker_prefpipe(case: dict, head: str) -> dict:
             "head": {"type": head, "standardize": False},
             # likelihood_features off: its frozen second backbone pass is work TRL does not do
             "backbone": {"pooling": "last", "embedding_features": False, "likelihood_features": False,
-                         "precision": case.get("precision", "auto")},
+                         "precision": case.get("precision", "auto"),
+                         "gradient_checkpointing": case.get("gradient_checkpointing", False)},
+            "lora": {"enabled": bool(case.get("lora", False))},
             "data": {"max_length": case["max_length"]},
             "train": {
-                "steps": case["steps"] + 1, "batch_size": case["batch"], "micro_batch_size": case["batch"],
+                "steps": case["steps"] + 1, "batch_size": case["batch"],
+                "micro_batch_size": case.get("micro_batch") or case["batch"],
                 "learning_rate": case["lr"], "head_learning_rate": None, "weight_decay": 0.0,
                 "warmup_steps": 0, "lr_schedule": "constant", "max_grad_norm": 1.0, "checkpoint_every": 0,
                 "resume": "never", "head_fit": {"before_steps": 0, "after_steps": 0},
