@@ -157,19 +157,25 @@ def run(a: argparse.Namespace) -> None:
     payload["reward_settings"] = {**r, "n_pairs": len(kept), "lora": {"r": 16, "alpha": 32}, "gradient_checkpointing": True,
                                   "precision": "bf16" if a.device != "cpu" else "fp32"}  # fmt: skip
     n_matmul, peak = payload["model"]["params_non_embedding"], a.peak_tflops * 1e12
-    for head in ("bt", "gpm", "bgpm"):
+    for head in ("bt", "gpm", "bgpm") if "reward" in a.sections else ():
         case = {**common_case, "kind": "reward", "side": f"prefpipe_{head}", "base": str(base), "pairs": str(pairs),
                 "batch": r["batch"], "micro_batch": r["micro_batch"], "max_length": r["max_length"], "lr": r["lr"],
                 "steps": r["steps"], "precision": payload["reward_settings"]["precision"], "lora": True,
                 "gradient_checkpointing": True}  # fmt: skip
         payload["reward"].append(reward_row(runner.run("reward", case), head, n_matmul, peak, r["batch"]))
         gpu.write(a.out, payload)
+    if "grpo" not in a.sections:
+        return finish(a, payload, t_start)
     g = plan["grpo"]
     case = {**common_case, "kind": "grpo", "side": "prefpipe", "model_dir": str(base), "prompts": g["prompts"],
             "G": g["G"], "tokens": g["tokens"], "beta": g["beta"], "lora": True, "steps": g["steps"]}  # fmt: skip
     res = runner.run("grpo_prefpipe", case)
     payload["env"] = res.pop("env", None)
     payload["grpo"] = {**grpo_row(res), "settings": g}
+    finish(a, payload, t_start)
+
+
+def finish(a: argparse.Namespace, payload: dict, t_start: float) -> None:
     payload["wall_s"] = round(time.monotonic() - t_start, 1)
     payload["markdown"] = markdown(payload)
     gpu.write(a.out, payload)
@@ -186,6 +192,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--tokenizer", type=Path)
     ap.add_argument("--pairs", type=Path)
+    ap.add_argument("--sections", default="reward,grpo", help="reward, grpo or both")
     run(ap.parse_args())
 
 
