@@ -14,7 +14,7 @@ from support.models import build_reward, save_tiny_base
 
 from prefpipe.reward.collate import chunk_bounds
 from prefpipe.reward.pairs import Pair
-from prefpipe.reward.train_setup import make_optimizer, param_groups, to_device
+from prefpipe.reward.train_setup import length_buckets_for, make_optimizer, param_groups, to_device
 from prefpipe.reward.trainer import RewardTrainer
 
 WORDS = ["red", "blue", "green", "stone", "river", "cloud", "apple", "seven"]
@@ -219,3 +219,11 @@ def test_bucketed_training_is_deterministic(tiny_base, tmp_path):
     assert weights[0].keys() == weights[1].keys()
     for k in weights[0]:
         assert torch.equal(weights[0][k], weights[1][k]), k
+
+
+def test_a_cuda_device_takes_the_cuda_length_buckets(tiny_base):
+    """On CUDA a pass costs far more than padding (benchmarks/gpu_buckets.py): cuda_length_buckets there,
+    the CPU-tuned length_buckets elsewhere. Both come from the config, neither is hard-coded."""
+    _, settings = build_reward(tiny_base, "bt", train={"length_buckets": 6, "cuda_length_buckets": 2})
+    assert length_buckets_for(torch.device("cuda", 0), settings.train) == 2
+    assert length_buckets_for(torch.device("cpu"), settings.train) == 6

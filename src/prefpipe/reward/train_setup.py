@@ -12,7 +12,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, parse_flag_from_env
 
 from prefpipe.reward.network import RewardModel
-from prefpipe.settings.reward import RewardSettings, accumulation_steps
+from prefpipe.settings.reward import RewardSettings, TrainSettings, accumulation_steps
 
 log = logging.getLogger("prefpipe.reward.trainer")
 
@@ -57,6 +57,12 @@ def make_accelerator(settings: RewardSettings) -> tuple[Accelerator, int]:
     log.info("accelerate: %s, %d process(es), %d accumulation step(s), mixed precision %s",
              acc.distributed_type, acc.num_processes, ga, mixed)  # fmt: skip
     return acc, ga
+
+
+def length_buckets_for(device: torch.device, train: TrainSettings) -> int:
+    """Backbone passes per micro-batch at most: few on CUDA, where a pass costs far more than the padding it
+    saves (benchmarks/gpu_buckets.py), the CPU-tuned length buckets elsewhere."""
+    return train.cuda_length_buckets if device.type == "cuda" else train.length_buckets
 
 
 def deepspeed_param_dtype(acc: Accelerator) -> torch.dtype | None:

@@ -36,6 +36,7 @@ from prefpipe.reward.train_setup import (
     SCHEDULES,
     deepspeed_param_dtype,
     head_grad_norm,
+    length_buckets_for,
     make_accelerator,
     make_optimizer,
     to_device,
@@ -153,15 +154,16 @@ class RewardTrainer:
     def _micro_batch(self, chosen: list[TokenizedRow], rejected: list[TokenizedRow]) -> dict[str, Any]:
         """The model inputs of one micro-batch: chosen and rejected behind one copy of their shared start
         (train.share_prompt, where the model allows it and likelihood summaries, if used, are cached), else
-        both rows in one forward; either way in length-sorted chunks (train.length_buckets at most, cut where
-        a pass saves more than train.bucket_pass_cost padded tokens)."""
+        both rows in one forward; either way in length-sorted chunks (train.length_buckets at most, on CUDA
+        train.cuda_length_buckets, cut where a pass saves more than train.bucket_pass_cost padded tokens)."""
         t = self.settings.train
+        buckets = length_buckets_for(self.acc.device, t)
         uncached = self.rm.spec.likelihood_features and chosen[0].likelihood is None
         if t.share_prompt and self.rm.shares_prompts and not uncached:
             return shared_prompt.pack_pairs(
-                chosen, rejected, self.rm.tokenizer.pad_token_id, t.length_buckets, t.bucket_pass_cost
+                chosen, rejected, self.rm.tokenizer.pad_token_id, buckets, t.bucket_pass_cost
             )
-        return self.rm.encoder.pad_buckets(chosen + rejected, t.length_buckets, t.bucket_pass_cost)
+        return self.rm.encoder.pad_buckets(chosen + rejected, buckets, t.bucket_pass_cost)
 
     def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
         """One optimizer step (ga micro-batches per process); returns the reduced metrics row."""

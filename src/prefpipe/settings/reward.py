@@ -90,6 +90,7 @@ class TrainSettings:
     micro_batch_size: int  # pairs per forward pass per process
     length_buckets: int  # at most this many backbone passes per micro-batch over length-sorted rows
     bucket_pass_cost: int  # padded tokens one extra pass costs; chunk cuts minimise tokens + this x passes
+    cuda_length_buckets: int  # length_buckets on a CUDA device, where a pass costs far more than padding
     share_prompt: bool  # chosen and rejected behind one copy of their prompt where the model allows it
     learning_rate: float
     head_learning_rate: float | None  # None = learning_rate
