@@ -108,6 +108,7 @@ def _score_benchmark(
         coverages=bench_settings.selective_coverages,
         mc_samples=bench_settings.mc_samples,
         seed=settings.seed,
+        length_resamples=bench_settings.length_bootstrap_resamples,
     )
     summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
     timing = {key: summary.pop(key, None) for key in TIMING_KEYS}
