@@ -147,8 +147,9 @@ def test_length_split_and_longer_pick_rate_by_hand():
 
 # ------------------------------------------------------------------------------ RewardBench 2
 def _rb2_rows():
-    """Lengths are the LengthRuleScorer's rewards. Factuality 1/2 right; Math 1/2 (a tie with a rejected
-    option is wrong); Ties: two prompts, each a ref row (one correct answer) and a tied row (several)."""
+    """Lengths are the LengthRuleScorer's rewards. Factuality 1/2 right; Math 3/4 for a scalar head (m1's chosen
+    ties with one rejected option at the top: credit 1/2, the official harness) and 1/2 for a pairwise head
+    (strict); Ties: two prompts, each a ref row (one correct answer) and a tied row (several)."""
 
     def row(row_id, subset, chosen, rejected):
         return {
@@ -190,11 +191,11 @@ def test_rewardbench2_file_scored_best_of_n_with_the_official_ties_score(tmp_pat
     ties = _hand_ties_score()
     assert ties == pytest.approx(0.65 + 0.005 * (math.tanh(2) + math.tanh(-8 / 7)))
     assert rb2["subsets"]["Factuality"]["accuracy"] == 0.5
-    assert rb2["subsets"]["Math"]["accuracy"] == 0.5
+    assert rb2["subsets"]["Math"]["accuracy"] == 0.75 and rb2["row_scoring"].startswith("tie credit")
     assert rb2["subsets"]["Ties"]["accuracy"] == pytest.approx(ties, abs=1e-12)
     assert rb2["ties"]["ref_accuracy"] == 0.5 and rb2["ties"]["tied_accuracy"] == 1.0
     assert rb2["ties"]["correctness_preferred"] == 0.5 and rb2["ties"]["correctness_preferred_hard"] == 0.5
-    assert rb2["overall"] == pytest.approx((0.5 + 0.5 + ties) / 3, abs=1e-12)  # plain mean of the subsets
+    assert rb2["overall"] == pytest.approx((0.5 + 0.75 + ties) / 3, abs=1e-12)  # plain mean of the subsets
     assert rb2["sections_not_in_benchmark"] == ["Precise IF", "Safety", "Focus"]
     assert rb2["random_chance_best_of_4"] == 0.25
     # pairwise view: every chosen x rejected pair (3+3+3+3 + 2+4+1+2 = 21), for calibration and the length split
@@ -213,6 +214,7 @@ def test_rewardbench2_pairwise_head_uses_compare_only(tmp_path):
     rb2 = _run(tmp_path, {"rb2": {"source": str(path), "format": "rewardbench2"}}, PairwiseSignScorer())
     rb2 = rb2["benchmarks"]["rb2"]
     assert rb2["subsets"]["Factuality"]["accuracy"] == 0.5 and rb2["subsets"]["Math"]["accuracy"] == 0.5
+    assert rb2["row_scoring"].startswith("strict")  # m1's tie s(chosen > 'yyyyy') = 0 is no win
     # Borda means m_i = (1/n) sum_j sign(len_i - len_j): ref:1 (6 | 2, 3): 2/3 vs 0, -2/3 -> margin 2/3;
     # tied:1 (8, 7 | 4, 1): 3/4, 1/4 vs -1/4, -3/4 -> diff 1/2, margin 1/2; ref:2: 2 options -> margin -1;
     # tied:2 (10, 3 | 2): 2/3, 0 vs -2/3 -> diff 2/3, margin 2/3.

@@ -159,13 +159,27 @@ def test_length_bias_section_only_when_recorded(tmp_path):
                 "equal": {"n": 10, "accuracy": 0.6, "ci95": [0.31, 0.83]},
             },
             longer_pick_rate=0.75,
+            longer_pick_ci95=[0.65, 0.83],
             longer_wins_baseline={"accuracy": 0.6, "ci95": ci},
-        )
+            length_controlled_accuracy={"accuracy": 0.58, "ci95": [0.51, 0.64], "n": 100},
+            # a pairwise head has no reward per response: null, shown as a dash
+            reward_length_correlation=None if variant != "bt" else {"pearson": 0.4512, "pearson_ci95": [0.4, 0.5],
+                                                                     "spearman": 0.43},
+            margin_length_correlation={"pearson": -0.031, "pearson_ci95": [-0.12, 0.06], "spearman": 0.0},
+        )  # fmt: skip
         path.write_text(json.dumps(summary))
     build(cfg, root, tmp_path / "b", manifest())
     md = (tmp_path / "b" / "report.md").read_text()
     assert "## Length bias" in md and "| gpm | 90.0% [79.0, 96.0] (n=50) | 30.0% [18.0, 45.0] (n=40) |" in md
     assert "Length bias on synthetic: models pick the longer response 75.0%" in md
+    assert "at equal length (length-controlled accuracy) they score" in md
+    assert "| bt | 58.0% [51.0, 64.0] | 75.0% [65.0, 83.0] | +0.45 [+0.40, +0.50] (ρ +0.43) |" in md
+    assert "| gpm | 58.0% [51.0, 64.0] | 75.0% [65.0, 83.0] | – | -0.03 [-0.12, +0.06] (ρ +0.00) |" in md
+    html = (tmp_path / "b" / "report.html").read_text()
+    assert (
+        "Length-controlled accuracy and length correlation: synthetic" in html
+        and "+0.45 [+0.40, +0.50]" in html
+    )
 
 
 def test_runs_in_the_manifest_only(tmp_path):

@@ -14,6 +14,8 @@ SETTINGS = eval_settings()  # the whole eval stage's settings: `eval`, `data` (s
 EVAL = SETTINGS.eval  # batch_size 16, xstest_weights official, calibration_bins 10, coverages 1.0 .. 0.1
 # Monte Carlo draws that check the probit probabilities in tests (the config's 10000 is slower for no gain)
 MC_SAMPLES = 2000
+# Bootstrap resamples of the length figures' intervals in tests (the config's 1000 is slower for no gain)
+LENGTH_RESAMPLES = 200
 
 
 def section_table(
@@ -31,5 +33,6 @@ def evaluate(model: Any, rows: list[dict], table: SectionTable, **overrides: Any
         "coverages": EVAL.selective_coverages,
         "mc_samples": MC_SAMPLES,
         "seed": SETTINGS.seed,
+        "length_resamples": LENGTH_RESAMPLES,
     }
     return evaluate_rows(model, rows, table, **{**arguments, **overrides})

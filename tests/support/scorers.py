@@ -13,6 +13,7 @@ class LengthRuleScorer:
     head_type = "bt"
     tau = 1.0
     bayesian = False
+    scalar_reward = True
 
     def __init__(self):
         self.batches: list[list[int]] = []
@@ -23,6 +24,9 @@ class LengthRuleScorer:
 
     def compare(self, enc_a, enc_b):
         return enc_a["reward"] - enc_b["reward"], None
+
+    def rewards(self, enc):
+        return enc["reward"]
 
 
 class PairwiseSignScorer:
@@ -47,9 +51,13 @@ class PlusCountScorer:
     head_type = "bt"
     tau = 1.0
     bayesian = False
+    scalar_reward = True
 
     def encode(self, prompts, responses, batch_size=16):
         return {"reward": torch.tensor([float(r.count("+")) for r in responses])}
 
     def compare(self, enc_a, enc_b):
         return enc_a["reward"] - enc_b["reward"], None
+
+    def rewards(self, enc):
+        return enc["reward"]

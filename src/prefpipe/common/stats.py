@@ -5,7 +5,7 @@ lies against zero."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,3 +74,16 @@ def bootstrap_diff_interval(
     ia = rng.integers(0, len(a), size=(samples, len(a)))
     ib = rng.integers(0, len(b), size=(samples, len(b)))
     return percentile_interval(a[ia].mean(axis=1) - b[ib].mean(axis=1), confidence)
+
+
+def bootstrap_statistic_interval(
+    n: int, statistic: Callable[[np.ndarray], float], samples: int, confidence: float, seed: int
+) -> tuple[float, float] | None:
+    """Percentile interval of `statistic(indices)` over `samples` resamples of 0..n-1 with replacement (numpy
+    default_rng(seed), the draw bootstrap_mean_interval makes); resamples where the statistic is undefined
+    (NaN, e.g. a correlation of a constant) are left out; None when every one is."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(samples, n))
+    values = np.array([statistic(row) for row in idx], dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return percentile_interval(values, confidence) if len(values) else None

@@ -287,6 +287,22 @@ def prompt_overlap(train: Iterable[dict], heldout: Iterable[dict]) -> int:
     return sum(content_key(row["prompt"]) in prompts for row in heldout)
 
 
+def benchmark_prompt_overlap(train: Iterable[dict], benchmark: Iterable[dict]) -> dict[str, int]:
+    """How far a benchmark's prompts repeat training-pair prompts, each way and both exactly (identical prompt
+    strings, as the model reads them) and after content_key (case, whitespace and punctuation folded):
+    training pairs whose prompt occurs among the benchmark's prompts (`train_pairs_*`) and benchmark rows whose
+    prompt occurs among the training prompts (`benchmark_rows_*`, what check_overlap judges)."""
+    train, benchmark = list(train), list(benchmark)
+    out = {"train_pairs": len(train), "benchmark_rows": len(benchmark)}
+    for kind, key in (("exact", str), ("normalised", content_key)):
+        train_keys = [key(row["prompt"]) for row in train]
+        bench_keys = [key(row["prompt"]) for row in benchmark]
+        train_set, bench_set = set(train_keys), set(bench_keys)
+        out[f"train_pairs_{kind}"] = sum(k in bench_set for k in train_keys)
+        out[f"benchmark_rows_{kind}"] = sum(k in train_set for k in bench_keys)
+    return out
+
+
 def check_overlap(count: int, total: int, max_share: float, what: str, where: str) -> None:
     """DataError when more than `max_share` of `total` held-out items (`what`) repeat training ones: scores
     on them would be training scores reported as held-out ones."""

@@ -53,8 +53,10 @@ def subset_stats(subsets: Sequence[str], correct: Sequence[bool]) -> dict[str, d
     return {subset: subset_entry(n_correct, n) for subset, (n_correct, n) in counts.items()}
 
 
-def subset_entry(n_correct: int, n: int) -> dict[str, Any]:
-    """One subset's {accuracy, n, n_correct, stderr}: the stderr is the binomial sqrt(acc (1 - acc) / n)."""
+def subset_entry(n_correct: float, n: int) -> dict[str, Any]:
+    """One subset's {accuracy, n, n_correct, stderr}: the stderr is the binomial sqrt(acc (1 - acc) / n).
+    `n_correct` is a sum of credits, fractional where RewardBench 2 gives tie credit (a credit in [0, 1] has
+    at most the binomial variance of its mean, so the stderr is then an upper bound)."""
     acc = n_correct / n
     return {"accuracy": acc, "n": n, "n_correct": n_correct, "stderr": math.sqrt(acc * (1 - acc) / n)}
 

@@ -6,8 +6,9 @@ prob (P(chosen > rejected), see calibration.py), correct (score > 0), length (ch
 the longer response), length_chosen, length_rejected (characters, for length-bias analysis); then, per extra
 head of the model (the head as fine-tuned, before the refit), score_<name> and correct_<name>.
 
-Each summary also holds the length split (prefpipe.evaluation.length_split) and `truncation`: the pairs the
-reward model's max_length cut while scoring this benchmark.
+Each summary also holds the length split (prefpipe.evaluation.length_split), the length-controlled figures
+(prefpipe.evaluation.length_control: reward- and margin-length correlations, length-controlled accuracy) and
+`truncation`: the pairs the reward model's max_length cut while scoring this benchmark.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from prefpipe.common.io import atomic_file
+from prefpipe.data.pair_length import response_length
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
     POINT_METHOD,
@@ -31,6 +33,7 @@ from prefpipe.evaluation.calibration import (
     mc_expected_sigmoid,
     sigmoid,
 )
+from prefpipe.evaluation.length_control import length_control_report
 from prefpipe.evaluation.length_split import length_report
 from prefpipe.evaluation.pair_scoring import (
     PairScorer,
@@ -40,9 +43,11 @@ from prefpipe.evaluation.pair_scoring import (
     truncation_counter,
 )
 from prefpipe.evaluation.rewardbench2 import (
+    OptionScores,
     expanded_pairs,
     is_ties,
     row_correct,
+    row_credit,
     score_options,
     summarize_rows,
 )
@@ -75,6 +80,7 @@ def evaluate_rows(
     coverages: Sequence[float],
     mc_samples: int,
     seed: int,
+    length_resamples: int,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score `rows` with `model`; return the per-example frame and the summary dict for this benchmark."""
     prompts = [r["prompt"] for r in rows]
@@ -83,8 +89,9 @@ def evaluate_rows(
     before = truncation_counter(model)
     scored = score_pairs(model, prompts, chosen, rejected, batch_size=batch_size)
     frame, summary = summarize_pairs(
-        model, rows, scored, table, n_bins=n_bins, coverages=coverages, mc_samples=mc_samples, seed=seed
-    )
+        model, rows, scored, table, n_bins=n_bins, coverages=coverages, mc_samples=mc_samples, seed=seed,
+        length_resamples=length_resamples,
+    )  # fmt: skip
     summary["batch_size"] = batch_size
     summary[TRUNCATION_KEY] = truncation_report(
         model, before, prompts, chosen, rejected, [r["subset"] for r in rows]
@@ -194,6 +201,14 @@ def _variance_checks(
     return out
 
 
+def _pair_responses(rows: list[dict], scored: PairScores) -> tuple[np.ndarray, ...] | None:
+    """(reward, length, 2 per pair) of both responses of every pair, pair by pair; None without rewards."""
+    if scored.rewards is None:
+        return None
+    lengths = [[response_length(r["chosen"]), response_length(r["rejected"])] for r in rows]
+    return scored.rewards.reshape(-1), np.array(lengths).reshape(-1), np.full(len(rows), 2)
+
+
 def summarize_pairs(
     model: PairScorer,
     rows: list[dict],
@@ -203,8 +218,12 @@ def summarize_pairs(
     coverages: Sequence[float],
     mc_samples: int,
     seed: int,
+    length_resamples: int,
+    responses: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split."""
+    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split
+    and length control. `responses` (reward, length, responses per unit) replaces the pairs' own responses
+    for the reward-length correlation (RewardBench 2: each option once, resampled by row)."""
     tau = float(model.tau)
     logit = effective_logit(scored.score, tau, scored.variance)
     prob = sigmoid(logit)
@@ -223,6 +242,13 @@ def summarize_pairs(
             scored.score,
             [table.section_of(s) for s in subsets],
         ),
+        **length_control_report(
+            scored.score,
+            frame["length_chosen"].to_numpy() - frame["length_rejected"].to_numpy(),
+            responses if responses is not None else _pair_responses(rows, scored),
+            length_resamples,
+            seed,
+        ),
         "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
         CALIBRATION: calibration_report(logit, correct, scored.variance, score=scored.score, **calibration),
         "pairs_per_second": len(rows) / scored.seconds if scored.seconds > 0 else None,
@@ -236,6 +262,15 @@ def summarize_pairs(
     return frame, summary
 
 
+def _option_responses(rows: list[dict], scores: OptionScores) -> tuple[np.ndarray, ...] | None:
+    """(reward, length, options per row) of every option of every row, row by row; None without rewards."""
+    if scores.rewards is None:
+        return None
+    lengths = [response_length(o) for row in rows for o in [*row["chosen"], *row["rejected"]]]
+    counts = np.array([len(r) for r in scores.rewards])
+    return np.concatenate(scores.rewards), np.array(lengths), counts
+
+
 def evaluate_rewardbench2(
     model: PairScorer,
     rows: list[dict],
@@ -245,6 +280,7 @@ def evaluate_rewardbench2(
     coverages: Sequence[float],
     mc_samples: int,
     seed: int,
+    length_resamples: int,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score RewardBench 2 rows best-of-n (prefpipe.evaluation.rewardbench2). Subsets, sections and overall
     are the row-level scores; calibration, the length split and the per-example table are over every
@@ -262,17 +298,20 @@ def evaluate_rewardbench2(
         coverages=coverages,
         mc_samples=mc_samples,
         seed=seed,
+        length_resamples=length_resamples,
+        responses=_option_responses(rows, scores),
     )
-    row_ok = {
-        row["id"]: (None if is_ties(row["subset"]) else row_correct(m))
-        for row, m in zip(rows, scores.matrices, strict=True)
-    }
+    tie_credit = scores.rewards is not None  # scalar heads: the official 1/k tie credit
+    decide = row_credit if tie_credit else row_correct
+    by_id = {row["id"]: (is_ties(row["subset"]), m) for row, m in zip(rows, scores.matrices, strict=True)}
     frame["row_id"] = [p["row_id"] for p in pairs]
-    frame["row_correct"] = [row_ok[p["row_id"]] for p in pairs]
+    frame["row_correct"] = [None if by_id[i][0] else row_correct(by_id[i][1]) for i in frame["row_id"]]
+    # the credit the row scored: 1/k on a top tie of a scalar head, else 0 or 1 as row_correct
+    frame["row_credit"] = [None if by_id[i][0] else float(decide(by_id[i][1])) for i in frame["row_id"]]
     summary["pairwise_accuracy"] = summary.pop("pooled_accuracy")
     for key in ("overall", "overall_stderr", "overall_definition", "overall_sections"):
         summary.pop(key, None)
-    summary.update(summarize_rows(rows, scores))
+    summary.update(summarize_rows(rows, scores, tie_credit))
     summary["pooled_accuracy"] = summary["pairwise_accuracy"]
     summary["batch_size"] = batch_size
     prompts = [p["prompt"] for p in pairs]

@@ -26,7 +26,7 @@ from prefpipe.common.io import atomic_write_json, read_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.secrets import redact_values
 from prefpipe.common.seeding import seed_everything
-from prefpipe.data.normalize import check_overlap, prompt_overlap
+from prefpipe.data.normalize import benchmark_prompt_overlap, check_overlap
 from prefpipe.evaluation.bench_data import (
     DATA_STAGE_SOURCES,
     REWARDBENCH2,
@@ -50,7 +50,7 @@ from prefpipe.evaluation.sections import (
     benchmark_table,
     is_rewardbench_subset,
 )
-from prefpipe.evaluation.summary_keys import AS_FINETUNED, BENCHMARKS, PRIMARY_BENCHMARK
+from prefpipe.evaluation.summary_keys import AS_FINETUNED, BENCHMARKS, PRIMARY_BENCHMARK, PROMPT_OVERLAP
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.evaluation import BenchmarkSettings, EvalSettings
 
@@ -108,6 +108,7 @@ def _score_benchmark(
         coverages=bench_settings.selective_coverages,
         mc_samples=bench_settings.mc_samples,
         seed=settings.seed,
+        length_resamples=bench_settings.length_bootstrap_resamples,
     )
     summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
     timing = {key: summary.pop(key, None) for key in TIMING_KEYS}
@@ -176,13 +177,18 @@ def _check_training_overlap(
     settings: EvalSettings,
     data_dir: str | Path,
 ) -> None:
-    """A benchmark from outside the data stage whose prompts repeat training prompts (normalised text) scores
-    the model on what it was trained on: counted in the load report, refused above data.max_overlap_share.
-    The data stage's own test pairs are judged by prep_data; without a pairs_train.jsonl nothing is known."""
+    """Prompt overlap between the training pairs and this benchmark, exact and normalised, each way
+    (`prompt_overlap`, prefpipe.data.normalize.benchmark_prompt_overlap), for every benchmark. A benchmark from
+    outside the data stage whose prompts repeat training prompts (normalised text) scores the model on what it
+    was trained on: refused above data.max_overlap_share. The data stage's own test pairs are judged by
+    prep_data; without a pairs_train.jsonl nothing is known."""
     train_file = Path(data_dir) / "pairs_train.jsonl"
-    if bench.source in DATA_STAGE_SOURCES or not train_file.is_file():
+    if not train_file.is_file():
         return
-    report["train_prompt_overlap"] = prompt_overlap(read_jsonl(train_file), rows)
+    report[PROMPT_OVERLAP] = benchmark_prompt_overlap(read_jsonl(train_file), rows)
+    if bench.source in DATA_STAGE_SOURCES:
+        return
+    report["train_prompt_overlap"] = report[PROMPT_OVERLAP]["benchmark_rows_normalised"]
     where = f"eval.benchmarks.{name} ({bench.source})"
     check_overlap(
         report["train_prompt_overlap"], len(rows), settings.data.max_overlap_share, "benchmark prompts", where

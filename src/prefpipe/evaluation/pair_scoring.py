@@ -48,6 +48,8 @@ class PairScores:
     # The model's extra heads (RewardModel.extra_heads, e.g. the head as fine-tuned) on the same pairs:
     # name -> their own PairScores (seconds 0: scored in the same pass).
     extra: dict[str, PairScores] = field(default_factory=dict)
+    # Scalar heads (model.scalar_reward): r(x, y) of every scored response, shape (N, 2): chosen, rejected.
+    rewards: np.ndarray | None = None
 
 
 def _cat(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -144,13 +146,24 @@ def score_pairs(
         enc_chosen = {k: v[:n] for k, v in encoded.items() if "/" not in k}
         enc_rejected = {k: v[n:] for k, v in encoded.items() if "/" not in k}
         score, variance = model.compare(enc_chosen, enc_rejected)
+        rewards = scalar_rewards(model, {k: v for k, v in encoded.items() if "/" not in k})
         extra = {}
         for name in getattr(model, "extra_heads", {}):
             part = {k.split("/", 1)[1]: v for k, v in encoded.items() if k.startswith(name + "/")}
             pair = model.compare({k: v[:n] for k, v in part.items()}, {k: v[n:] for k, v in part.items()})
             extra[name] = _checked(model, *pair, n, 0.0, n_batches)
     seconds = time.perf_counter() - start_time
-    return replace(_checked(model, score, variance, n, seconds, n_batches), extra=extra)
+    checked = _checked(model, score, variance, n, seconds, n_batches)
+    pair_rewards = None if rewards is None else np.column_stack([rewards[:n], rewards[n:]])
+    return replace(checked, extra=extra, rewards=pair_rewards)
+
+
+def scalar_rewards(model: Any, encoded: dict[str, torch.Tensor]) -> np.ndarray | None:
+    """r(x, y) per encoded row for a head with a scalar reward (`model.scalar_reward`), else None."""
+    if not getattr(model, "scalar_reward", False):
+        return None
+    with torch.inference_mode():
+        return _as_vector(model.rewards(encoded), len(next(iter(encoded.values()))), "rewards")
 
 
 def _checked(

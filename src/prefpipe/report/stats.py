@@ -77,6 +77,14 @@ def pts(delta: float, ci: Sequence[float] | None = None) -> str:
     return text + (f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else "")
 
 
+def corr(value: Any, ci: Sequence[float] | None = None) -> str:
+    """A correlation coefficient with its interval: 0.4512, (0.40, 0.50) -> '+0.45 [+0.40, +0.50]'."""
+    if not finite(value):
+        return NA
+    text = f"{float(value):+.2f}"
+    return text + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+
+
 def num(value: Any, digits: int = 4) -> str:
     v = as_float(value)
     if v is None or math.isnan(v):

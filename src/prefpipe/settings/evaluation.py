@@ -32,6 +32,7 @@ class RewardBenchSettings:
     calibration_bins: int
     selective_coverages: list[float]
     mc_samples: int
+    length_bootstrap_resamples: int  # behind the length figures' 95% intervals (0 = none)
 
 
 @dataclass
