@@ -108,6 +108,7 @@ def _score_benchmark(
         coverages=bench_settings.selective_coverages,
         mc_samples=bench_settings.mc_samples,
         seed=settings.seed,
+        uncertainty=bench_settings.uncertainty,
     )
     summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
     timing = {key: summary.pop(key, None) for key in TIMING_KEYS}

@@ -23,6 +23,15 @@ class BenchmarkSettings:
 
 
 @dataclass
+class UncertaintyEvalSettings:
+    """The bootstrap of each summary's uncertainty block (prefpipe.evaluation.uncertainty_block)."""
+
+    resamples: int
+    confidence: float  # two-sided interval level
+    disagreement_at: float  # flip_rate at which a test pair counts as high-disagreement
+
+
+@dataclass
 class RewardBenchSettings:
     benchmarks: dict[str, BenchmarkSettings]  # name -> benchmark (names are free)
     split: str
@@ -32,6 +41,8 @@ class RewardBenchSettings:
     calibration_bins: int
     selective_coverages: list[float]
     mc_samples: int
+    uncertainty: UncertaintyEvalSettings
+    ensembles: dict[str, list[str]]  # deep ensemble name -> its reward variants (the eval_ensemble rule)
 
 
 @dataclass

@@ -82,10 +82,12 @@ def _registry() -> list:
         reward_training,
         rewardbench,
         samples,
+        uncertainty,
     )
 
     return [
         rewardbench,
+        uncertainty,
         ablation,
         policy,
         hypotheses,
