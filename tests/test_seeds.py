@@ -93,7 +93,7 @@ def test_the_report_shows_the_seeds_ece_and_ablation_effects(tmp_path):
     trees = [_seed_tree(tmp_path, seed) for seed in (0, 1, 2)]
     compare = {f"seed-{s}": str(t) for s, t in zip((1, 2), trees[1:], strict=True)}
     settings = pipeline({**OVERLAY, "report": {"compare": compare}})
-    doc = document(settings.report, trees[0], Manifest.standard(ONLY, []))
+    doc = document(settings.report, trees[0], Manifest.standard(ONLY, [], []))
     md = render_markdown(doc, figure_dir="figures")
     across = md.split("## Across seeds and experiments", 1)[1]
     assert "| Cyclic | ECE |" in across

@@ -43,7 +43,7 @@ class Manifest:
     files: dict[str, dict[str, str]]
 
     @classmethod
-    def standard(cls, variants: list[str], runs: list[str], ensembles: Sequence[str] = ()) -> Manifest:
+    def standard(cls, variants: list[str], runs: list[str], ensembles: Sequence[str]) -> Manifest:
         """The files the report rule declares for these variants, runs and deep ensembles (the stages'
         layout)."""
         files: dict[str, dict[str, str]] = {
