@@ -177,8 +177,9 @@ def test_a_variant_sets_its_own_seed_and_ensemble_members_must_be_trained():
     overlay = {
         "reward": {"only": ["gpm", "gpm-seed1"], "variants": {"gpm-seed1": {"seed": 1}}},
         "eval": {"ensembles": {"ens": ["gpm", "gpm-seed1"]}},
+        "grpo": {"enabled": False},
     }
-    settings = pipeline(overlay, seed=4)
+    settings = pipeline({**overlay, "seed": 4})
     assert settings.reward["gpm"].seed == 4 and settings.reward["gpm-seed1"].seed == 1
     assert settings.reward["gpm-seed1"].head == settings.reward["gpm"].head
     with pytest.raises(ConfigError, match=r"eval.ensembles.ens: member 'bt' is narrowed away by reward.only"):
