@@ -9,6 +9,7 @@ import json
 from support.results_tree import manifest, write_results_tree
 from support.settings import report_settings
 
+from prefpipe.report.inputs import Manifest
 from prefpipe.report.write import build
 
 
@@ -66,6 +67,8 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
     _add_blocks(root)
     files = manifest()
     files.files["eval_ensemble"] = {"gpm-ensemble": "eval_ensemble/gpm-ensemble/summary.json"}
+    # `prefpipe report` on a folder whose report never ran lists the ensembles it finds
+    assert Manifest.listed(root).files["eval_ensemble"] == files.files["eval_ensemble"]
     build(cfg, root, tmp_path / "out", files)
     md = (tmp_path / "out" / "report.md").read_text()
     answers = md.split("## Uncertainty", 1)[0]

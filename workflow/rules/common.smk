@@ -365,7 +365,7 @@ def data_files():
 def compared_files():
     """The files the report reads from each report.compare folder (the same manifest as this run's, where
     present): inputs, so a compared tree rebuilt later rebuilds the report."""
-    manifest = Manifest.standard(reward_variants(), grpo_runs())
+    manifest = Manifest.standard(reward_variants(), grpo_runs(), ensembles())
     files = []
     for root in COMPARED.values():
         for rels in manifest.files.values():

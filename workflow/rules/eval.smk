@@ -62,6 +62,9 @@ rule eval_ensemble:
         **rule_resources("eval_ensemble"),
     params:
         **stage_params(lambda wildcards: SETTINGS.eval),
-        eval=f"{RESULTS}/eval",
+        # results/eval, the folder above the members' folders
+        eval=lambda wildcards, input: os.path.dirname(
+            os.path.dirname(input.summaries[0])
+        ),
     shell:
         stage_shell("eval_ensemble", "--eval {params.eval:q}")

@@ -60,13 +60,14 @@ class Manifest:
 
     @classmethod
     def listed(cls, results: Path) -> Manifest:
-        """The standard manifest for the variants and runs that have a summary.json under `results` (for a
-        results folder whose report never ran: the workflow itself declares its inputs, never lists them)."""
+        """The standard manifest for the variants, runs and deep ensembles that have a summary.json under
+        `results` (for a results folder whose report never ran: the workflow itself declares its inputs, never
+        lists them)."""
 
         def names(stage: str) -> list[str]:
             return sorted(p.parent.name for p in Path(results).glob(f"{stage}/*/summary.json"))
 
-        return cls.standard(names("reward"), names("grpo"))
+        return cls.standard(names("reward"), names("grpo"), names("eval_ensemble"))
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
