@@ -14,6 +14,7 @@ from support.settings import pipeline, stage_json
 from support.stages import run_main
 
 from prefpipe.common.config import ConfigError
+from prefpipe.common.results_owner import finished_outputs
 from prefpipe.eval_ensemble import main as ensemble_main
 from prefpipe.evaluation.uncertainty import aurc, auroc, gaussian_preference
 
@@ -152,10 +153,13 @@ def test_ensemble_stage_scores_the_members_disagreement(tmp_path, caplog):
         }
     ).eval
     code, _ = run_main(
-        ensemble_main, stage_json(settings), eval=tmp_path / "eval", out=tmp_path / "out" / "ens"
+        ensemble_main, stage_json(settings), eval=tmp_path / "eval", out=tmp_path / "eval_ensemble" / "ens"
     )
     assert code == 0
-    summary = json.loads((tmp_path / "out" / "ens" / "summary.json").read_text())
+    # its folder is a finished output of its experiment (another experiment's run stops on it or replaces it)
+    owners = {out.folder: out.experiment for out in finished_outputs(tmp_path)}
+    assert owners[tmp_path / "eval_ensemble" / "ens"] == settings.experiment
+    summary = json.loads((tmp_path / "eval_ensemble" / "ens" / "summary.json").read_text())
     mean, sd = scores.mean(axis=1), scores.std(axis=1, ddof=1)
     assert summary["accuracy"] == pytest.approx(np.mean(mean > 0))
     block = summary["uncertainty"]
