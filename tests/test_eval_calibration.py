@@ -9,7 +9,7 @@ import pytest
 from support.eval_args import EVAL
 
 from prefpipe.evaluation.calibration import (
-    FLIP_CRITERION,
+    ENTROPY_CRITERION,
     brier_score,
     calibration_report,
     decision_z,
@@ -117,9 +117,12 @@ def test_calibration_report_uses_variance_or_margin():
     bayes = calibration_report(
         logit, correct, variance=variance, n_bins=EVAL.calibration_bins, coverages=[1.0, 0.75], score=logit
     )
-    assert bayes["selective_criterion"] == FLIP_CRITERION
-    assert bayes["selective"][1]["accuracy"] == 1.0  # the error, |m| / sd = 0.09, is dropped first
-    assert {"selective_by_margin", "selective_by_variance"} <= set(bayes)
+    assert bayes["selective_criterion"] == ENTROPY_CRITERION
+    # the predictive entropy keeps the three largest |logit| (3, 2 and the error's -0.2), dropping 0.1
+    assert bayes["selective"][1] == {"coverage": 0.75, "n": 3, "accuracy": pytest.approx(2 / 3)}
+    assert bayes["selective_by_flip"][1]["accuracy"] == 1.0  # the error, |m| / sd = 0.09, is dropped first
+    assert bayes["selective_by_point_margin"] == bayes["selective"]  # score = logit here: same ranking
+    assert "selective_by_variance" in bayes
     with pytest.raises(ValueError, match="score means"):
         calibration_report(
             logit,

@@ -11,7 +11,7 @@ from support.eval_args import EVAL, evaluate, section_table
 from support.scorers import LengthRuleScorer
 
 from prefpipe.common.io import read_jsonl
-from prefpipe.evaluation.calibration import FLIP_CRITERION
+from prefpipe.evaluation.calibration import ENTROPY_CRITERION, PREDICTIVE_METHOD
 from prefpipe.evaluation.pair_scoring import score_pairs
 
 
@@ -64,20 +64,36 @@ def test_batch_size_does_not_change_scores(real_rows):
     assert np.array_equal(one.score, many.score) and np.array_equal(one.variance, many.variance)
 
 
-def test_bayesian_probabilities_use_the_probit_formula(real_rows):
+def _expected_sigmoid(m: float, v: float, tau: float) -> float:
+    """E[sigmoid(s / tau)], s ~ N(m, v), by the trapezoid rule on a fine grid of +-12 sd (an independent check)."""
+    sd = math.sqrt(v)
+    x = np.linspace(m - 12 * sd, m + 12 * sd, 200_001)
+    f = np.exp(-0.5 * ((x - m) / sd) ** 2) / (sd * math.sqrt(2 * math.pi)) / (1 + np.exp(-x / tau))
+    return float(((f[1:] + f[:-1]) / 2).sum() * (x[1] - x[0]))
+
+
+def test_bayesian_probabilities_are_the_integrated_predictive(real_rows):
     rows = real_rows[:60]
     frame, summary = evaluate(GaussianLengthScorer(), rows, section_table(), mc_samples=4000)
     for row, prob, var in zip(rows, frame["prob"], frame["variance"], strict=True):
         m = (len(row["chosen"]) - len(row["rejected"])) / 100
         v = 0.05 * (len(row["chosen"].split()) % 5) + 0.05 * (len(row["rejected"].split()) % 5)
         assert var == pytest.approx(v)
-        assert prob == pytest.approx(1 / (1 + math.exp(-m / math.sqrt(0.25 + math.pi * v / 8))), abs=1e-12)
-    assert summary["prob_method"].startswith("probit")
+        want = _expected_sigmoid(m, v, 0.5) if v > 0 else 1 / (1 + math.exp(-m / 0.5))
+        assert prob == pytest.approx(want, abs=1e-7)
+    h = -(frame["prob"] * np.log(frame["prob"]) + (1 - frame["prob"]) * np.log(1 - frame["prob"]))
+    np.testing.assert_allclose(frame["predictive_entropy"], h, atol=1e-12)
+    assert (frame["mutual_information"] >= 0).all() and (
+        frame.loc[frame["variance"] == 0, "mutual_information"] < 1e-9
+    ).all()
+    assert summary["prob_method"] == PREDICTIVE_METHOD
     assert summary["prob_mc_check"]["samples"] == 4000
     check = summary["prob_mc_check"]
-    assert check["max_abs_diff"] < 0.02 + 4 * check["max_mc_stderr"]
-    assert summary["calibration"]["selective_criterion"] == FLIP_CRITERION
-    assert {"selective_by_margin", "selective_by_variance"} <= set(summary["calibration"])
+    assert check["max_abs_diff"] < 5 * check["max_mc_stderr"]
+    assert summary["calibration"]["selective_criterion"] == ENTROPY_CRITERION
+    assert {"selective_by_point_margin", "selective_by_flip", "selective_by_variance"} <= set(
+        summary["calibration"]
+    )
     assert summary["calibration_mean_only"]["n"] == len(rows)
     assert summary["head_type"] == "bgpm" and summary["tau"] == 0.5
 

@@ -93,7 +93,7 @@ def test_the_report_shows_the_seeds_ece_and_ablation_effects(tmp_path):
     trees = [_seed_tree(tmp_path, seed) for seed in (0, 1, 2)]
     compare = {f"seed-{s}": str(t) for s, t in zip((1, 2), trees[1:], strict=True)}
     settings = pipeline({**OVERLAY, "report": {"compare": compare}})
-    doc = document(settings.report, trees[0], Manifest.standard(ONLY, []))
+    doc = document(settings.report, trees[0], Manifest.standard(ONLY, [], []))
     md = render_markdown(doc, figure_dir="figures")
     across = md.split("## Across seeds and experiments", 1)[1]
     assert "| Cyclic | ECE |" in across
@@ -111,7 +111,9 @@ def test_two_experiments_compared_are_shown_side_by_side(tmp_path):
     own = _seed_tree(tmp_path / "results" / "synthetic-seeds", 0)
     other = _seed_tree(tmp_path / "results" / "other-exp", 1, experiment="other-exp")
     settings = pipeline({**OVERLAY, "report": {"compare": {"other": str(other)}}})
-    md = render_markdown(document(settings.report, own, Manifest.standard(ONLY, [])), figure_dir="figures")
+    md = render_markdown(
+        document(settings.report, own, Manifest.standard(ONLY, [], [])), figure_dir="figures"
+    )
     side = [t for t in tables(md) if t.header[:1] == ["Variant"] and "other-exp" in t.header]
     assert len(side) == 1 and side[0].header == ["Variant", "synthetic-seeds", "other-exp"], md
     for variant, cells in zip(ONLY, side[0].rows, strict=True):

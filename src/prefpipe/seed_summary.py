@@ -29,7 +29,9 @@ def summarize(settings: PipelineSettings, roots: list[Path]) -> dict[str, Any]:
     missing = [str(r) for r in roots if not r.is_dir()]
     if missing:
         raise UserError(f"seed_summary: no results folder {', '.join(missing)}")
-    manifest = Manifest.standard(list(settings.reward), list(settings.grpo))
+    manifest = Manifest.standard(
+        list(settings.reward), list(settings.grpo), list(settings.eval.eval.ensembles)
+    )
     trees = [read_tree(root, manifest, root.name, strict=True) for root in roots]
     configured = settings.report.primary_benchmark if settings.report else None
     bench, _ = frames.headline(trees[0], configured)

@@ -197,6 +197,23 @@ def ablation_inputs(name):
     return [f"{RESULTS}/eval/{v}/{name}" for v in variants]
 
 
+def ensembles():
+    """The deep ensembles this run scores (eval.ensembles; every member is a trained variant)."""
+    return list(SETTINGS.eval.eval.ensembles)
+
+
+def ensemble_inputs(ensemble, name):
+    """results/eval/<member>/<name> of every member of one deep ensemble."""
+    return [
+        f"{RESULTS}/eval/{v}/{name}" for v in SETTINGS.eval.eval.ensembles[ensemble]
+    ]
+
+
+def ensemble_summaries():
+    """results/eval_ensemble/<name>/summary.json of every deep ensemble (the report reads them)."""
+    return [f"{RESULTS}/eval_ensemble/{e}/summary.json" for e in ensembles()]
+
+
 def ablation_summary():
     """results/ablation/summary.json when this run has the ablation stage (ablation.enabled and some row
     whose two variants are trained), else nothing."""
@@ -207,6 +224,7 @@ def all_targets():
     targets = [f"{RESULTS}/data/summary.json", *base_summary()]
     targets += [f"{RESULTS}/eval/{v}/summary.json" for v in reward_variants()]
     targets += ablation_summary()
+    targets += ensemble_summaries()
     targets += [f"{RESULTS}/policy_eval/{r}/summary.json" for r in grpo_runs()]
     targets += hypotheses_summary()
     if SETTINGS.report is not None:
@@ -347,7 +365,7 @@ def data_files():
 def compared_files():
     """The files the report reads from each report.compare folder (the same manifest as this run's, where
     present): inputs, so a compared tree rebuilt later rebuilds the report."""
-    manifest = Manifest.standard(reward_variants(), grpo_runs())
+    manifest = Manifest.standard(reward_variants(), grpo_runs(), ensembles())
     files = []
     for root in COMPARED.values():
         for rels in manifest.files.values():
@@ -370,6 +388,7 @@ def report_manifest(input):
     }
     for kind in ("reward", "reward_metrics", "eval"):
         names[kind] = reward_variants()
+    names["eval_ensemble"] = ensembles()
     for kind in ("grpo", "grpo_metrics", "grpo_samples", "policy_eval"):
         names[kind] = grpo_runs()
     files = {}

@@ -10,6 +10,7 @@ rule report:
             rules.train_reward_model.output.metrics, variant=reward_variants()
         ),
         eval=expand(rules.eval_rewardbench.output.summary, variant=reward_variants()),
+        eval_ensemble=ensemble_summaries(),
         grpo=expand(rules.train_grpo.output.summary, run=grpo_runs()),
         grpo_metrics=expand(rules.train_grpo.output.metrics, run=grpo_runs()),
         grpo_samples=expand(rules.train_grpo.output.samples, run=grpo_runs()),

@@ -24,6 +24,7 @@ STAGE_FOLDERS = (
     "models",
     "reward",
     "eval",
+    "eval_ensemble",
     "ablation",
     "grpo",
     "policy_eval",

@@ -28,6 +28,7 @@ from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
 from prefpipe.data.normalize import make_ids_unique
 from prefpipe.data.sources import open_records, read_pairs
+from prefpipe.evaluation.summary_keys import PAIR_FIELDS
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,8 @@ def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str) -> tuple[
                 "chosen": row["chosen"],
                 "rejected": row["rejected"],
                 "subset": subset,
+                # the uncertainty world's per-pair fields, where recorded (the uncertainty block's targets)
+                **{k: row[k] for k in PAIR_FIELDS if row.get(k) is not None},
             }
         )
     if not kept:

@@ -2,13 +2,18 @@
 
 per_example columns: id, subset, section (null for cyclic or unassigned subsets), score_chosen_minus_rejected
 (s(chosen > rejected); the posterior-mean score for Bayesian heads), variance (Var[s], NaN for point heads),
-prob (P(chosen > rejected), see calibration.py), correct (score > 0), length (characters of the prompt plus
-the longer response), length_chosen, length_rejected (characters, for length-bias analysis); then, per extra
-head of the model (the head as fine-tuned, before the refit), score_<name> and correct_<name>.
+prob (P(chosen > rejected): prefpipe.evaluation.predictive), correct (score > 0), length (characters of the
+prompt plus the longer response), length_chosen, length_rejected (characters, for length-bias analysis),
+predictive_entropy (H(prob), nats), mutual_information (the posterior's epistemic part, NaN for point heads);
+then flip_rate and unfamiliar where the benchmark's pairs record them (the uncertainty
+world, prefpipe.data.synthetic_noise); then, per extra head of the model (the head as fine-tuned, before the
+refit), score_<name> and correct_<name>.
 
 Each summary also holds the length split (prefpipe.evaluation.length_split), the length-controlled figures
-(prefpipe.evaluation.length_control: reward- and margin-length correlations, length-controlled accuracy) and
-`truncation`: the pairs the reward model's max_length cut while scoring this benchmark.
+(prefpipe.evaluation.length_control: reward- and margin-length correlations, length-controlled accuracy),
+`truncation` (the pairs the reward model's max_length cut while scoring this benchmark) and `uncertainty`
+(prefpipe.evaluation.uncertainty_block: AUROC of the head's uncertainties for its errors and, where recorded, for
+high-disagreement and unfamiliar pairs; AURC against the point margin's).
 """
 
 from __future__ import annotations
@@ -27,11 +32,9 @@ from prefpipe.data.pair_length import response_length
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
     POINT_METHOD,
-    PROBIT_METHOD,
+    PREDICTIVE_METHOD,
     calibration_report,
-    effective_logit,
     mc_expected_sigmoid,
-    sigmoid,
 )
 from prefpipe.evaluation.length_control import length_control_report
 from prefpipe.evaluation.length_split import length_report
@@ -42,6 +45,7 @@ from prefpipe.evaluation.pair_scoring import (
     truncated_pairs,
     truncation_counter,
 )
+from prefpipe.evaluation.predictive import Predictive, predictive
 from prefpipe.evaluation.rewardbench2 import (
     OptionScores,
     expanded_pairs,
@@ -52,7 +56,17 @@ from prefpipe.evaluation.rewardbench2 import (
     summarize_rows,
 )
 from prefpipe.evaluation.sections import SectionTable, custom_section_table
-from prefpipe.evaluation.summary_keys import CALIBRATION, EXTRA_HEADS, HEAD_TYPE, N_PAIRS, TRUNCATION_KEY
+from prefpipe.evaluation.summary_keys import (
+    CALIBRATION,
+    EXTRA_HEADS,
+    HEAD_TYPE,
+    N_PAIRS,
+    PAIR_FIELDS,
+    TRUNCATION_KEY,
+    UNCERTAINTY,
+)
+from prefpipe.evaluation.uncertainty_block import candidates, uncertainty_block
+from prefpipe.settings.evaluation import UncertaintyEvalSettings
 
 PER_EXAMPLE_COLUMNS = (
     "id",
@@ -65,6 +79,8 @@ PER_EXAMPLE_COLUMNS = (
     "length",
     "length_chosen",
     "length_rejected",
+    "predictive_entropy",
+    "mutual_information",
 )
 
 # Speed figures of a scoring pass: the stage writes them to timing.json, not summary.json (reproducible bytes).
@@ -81,8 +97,10 @@ def evaluate_rows(
     mc_samples: int,
     seed: int,
     length_resamples: int,
+    uncertainty: UncertaintyEvalSettings | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Score `rows` with `model`; return the per-example frame and the summary dict for this benchmark."""
+    """Score `rows` with `model`; return the per-example frame and the summary dict for this benchmark
+    (`uncertainty`: the bootstrap of its uncertainty block; None = no block)."""
     prompts = [r["prompt"] for r in rows]
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
@@ -90,7 +108,7 @@ def evaluate_rows(
     scored = score_pairs(model, prompts, chosen, rejected, batch_size=batch_size)
     frame, summary = summarize_pairs(
         model, rows, scored, table, n_bins=n_bins, coverages=coverages, mc_samples=mc_samples, seed=seed,
-        length_resamples=length_resamples,
+        length_resamples=length_resamples, uncertainty=uncertainty,
     )  # fmt: skip
     summary["batch_size"] = batch_size
     summary[TRUNCATION_KEY] = truncation_report(
@@ -129,21 +147,24 @@ def truncation_report(
 
 
 def _per_example(
-    rows: list[dict], scored: PairScores, prob: np.ndarray, correct: np.ndarray, table: SectionTable
+    rows: list[dict], scored: PairScores, pred: Predictive, correct: np.ndarray, table: SectionTable
 ) -> pd.DataFrame:
-    """The per_example columns (PER_EXAMPLE_COLUMNS) of scored pairs."""
+    """The per_example columns (PER_EXAMPLE_COLUMNS) of scored pairs, then the uncertainty world's per-pair
+    fields (PAIR_FIELDS) that every row records."""
     prompts = [r["prompt"] for r in rows]
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
     subsets = [r["subset"] for r in rows]
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "id": [r["id"] for r in rows],
             "subset": subsets,
             "section": [table.section_of(s) for s in subsets],
             "score_chosen_minus_rejected": scored.score,
             "variance": scored.variance if scored.variance is not None else np.full(len(rows), np.nan),
-            "prob": prob,
+            "prob": pred.prob,
+            "predictive_entropy": pred.entropy,
+            "mutual_information": pred.mutual_information,
             "correct": correct,
             "length": [
                 len(p) + max(len(c), len(r)) for p, c, r in zip(prompts, chosen, rejected, strict=True)
@@ -153,6 +174,10 @@ def _per_example(
         },
         columns=list(PER_EXAMPLE_COLUMNS),
     )
+    for name in PAIR_FIELDS:
+        if rows and all(r.get(name) is not None for r in rows):
+            frame[name] = [r[name] for r in rows]
+    return frame
 
 
 def _extra_heads(
@@ -168,7 +193,7 @@ def _extra_heads(
     for name, extra in scored.extra.items():
         hits = np.array([is_correct(s) for s in extra.score], dtype=bool)
         frame[f"score_{name}"], frame[f"correct_{name}"] = extra.score, hits
-        logit = effective_logit(extra.score, tau, extra.variance)
+        logit = predictive(extra.score, extra.variance, tau).logit
         ece = calibration_report(logit, hits, extra.variance, score=extra.score, **calibration)["ece"]
         out[name] = {**summarize_scores(subsets, hits, table), CALIBRATION: {"ece": ece}}
     return out
@@ -196,7 +221,7 @@ def _variance_checks(
             "max_abs_diff": float(diff.max()),
             "mean_abs_diff": float(diff.mean()),
             "max_mc_stderr": float(mc_stderr.max()),
-            "note": "probit approximation vs Monte Carlo; its own worst-case error is about 0.02",
+            "note": "numerically integrated P vs Monte Carlo (differences within a few MC standard errors)",
         }
     return out
 
@@ -220,16 +245,17 @@ def summarize_pairs(
     seed: int,
     length_resamples: int,
     responses: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    uncertainty: UncertaintyEvalSettings | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split
-    and length control. `responses` (reward, length, responses per unit) replaces the pairs' own responses
-    for the reward-length correlation (RewardBench 2: each option once, resampled by row)."""
+    """Per-example frame and summary of scored pairs: accuracy by subset/section, calibration, length split,
+    length control, and the uncertainty block when `uncertainty` gives its bootstrap. `responses` (reward,
+    length, responses per unit) replaces the pairs' own responses for the reward-length correlation
+    (RewardBench 2: each option once, resampled by row)."""
     tau = float(model.tau)
-    logit = effective_logit(scored.score, tau, scored.variance)
-    prob = sigmoid(logit)
+    pred = predictive(scored.score, scored.variance, tau)
     correct = np.array([is_correct(s) for s in scored.score], dtype=bool)
     subsets = [r["subset"] for r in rows]
-    frame = _per_example(rows, scored, prob, correct, table)
+    frame = _per_example(rows, scored, pred, correct, table)
     calibration = {"n_bins": n_bins, "coverages": coverages}
     summary: dict[str, Any] = {
         N_PAIRS: len(rows),
@@ -249,8 +275,10 @@ def summarize_pairs(
             length_resamples,
             seed,
         ),
-        "prob_method": PROBIT_METHOD if scored.variance is not None else POINT_METHOD,
-        CALIBRATION: calibration_report(logit, correct, scored.variance, score=scored.score, **calibration),
+        "prob_method": PREDICTIVE_METHOD if scored.variance is not None else POINT_METHOD,
+        CALIBRATION: calibration_report(
+            pred.logit, correct, scored.variance, score=scored.score, **calibration
+        ),
         "pairs_per_second": len(rows) / scored.seconds if scored.seconds > 0 else None,
         "scoring_seconds": scored.seconds,
         "batches": scored.batches,
@@ -258,7 +286,9 @@ def summarize_pairs(
     if scored.extra:
         summary[EXTRA_HEADS] = _extra_heads(scored, frame, subsets, table, tau, calibration)
     if scored.variance is not None:
-        summary |= _variance_checks(scored, correct, prob, tau, calibration, mc_samples, seed)
+        summary |= _variance_checks(scored, correct, pred.prob, tau, calibration, mc_samples, seed)
+    if uncertainty is not None:
+        summary[UNCERTAINTY] = _uncertainty(rows, scored, pred, correct, uncertainty, seed)
     return frame, summary
 
 
@@ -271,6 +301,19 @@ def _option_responses(rows: list[dict], scores: OptionScores) -> tuple[np.ndarra
     return np.concatenate(scores.rewards), np.array(lengths), counts
 
 
+def _uncertainty(
+    rows: list[dict],
+    scored: PairScores,
+    pred: Predictive,
+    correct: np.ndarray,
+    settings: UncertaintyEvalSettings,
+    seed: int,
+) -> dict[str, Any]:
+    """The head's uncertainty block (prefpipe.evaluation.uncertainty_block) on these pairs."""
+    found = candidates(scored.score, scored.variance, pred.posterior)
+    return uncertainty_block(correct, found, rows, [r["subset"] for r in rows], settings, seed)
+
+
 def evaluate_rewardbench2(
     model: PairScorer,
     rows: list[dict],
@@ -281,11 +324,12 @@ def evaluate_rewardbench2(
     mc_samples: int,
     seed: int,
     length_resamples: int,
+    uncertainty: UncertaintyEvalSettings | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score RewardBench 2 rows best-of-n (prefpipe.evaluation.rewardbench2). Subsets, sections and overall
-    are the row-level scores; calibration, the length split and the per-example table are over every
-    (chosen, rejected) pair of every row (`pairwise_accuracy` is their pooled accuracy). `table` is unused:
-    RewardBench 2's subsets are its sections."""
+    are the row-level scores; calibration, the length split, the uncertainty block and the per-example table
+    are over every (chosen, rejected) pair of every row (`pairwise_accuracy` is their pooled accuracy).
+    `table` is unused: RewardBench 2's subsets are its sections."""
     before = truncation_counter(model)
     scores = score_options(model, rows, batch_size)
     pairs, scored = expanded_pairs(rows, scores)
@@ -300,6 +344,7 @@ def evaluate_rewardbench2(
         seed=seed,
         length_resamples=length_resamples,
         responses=_option_responses(rows, scores),
+        uncertainty=uncertainty,
     )
     tie_credit = scores.rewards is not None  # scalar heads: the official 1/k tie credit
     decide = row_credit if tie_credit else row_correct

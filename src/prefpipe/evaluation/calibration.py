@@ -2,14 +2,16 @@
 
 Every head's probability is sigmoid(z) for an effective logit z:
 - point heads (BT, GPM): z = s / tau, the model's own training likelihood;
-- Bayesian GPM: E[sigmoid(s / tau)] with s ~ N(m, v) has no closed form; the probit approximation
-  sigmoid(x) ~ Phi(x * sqrt(pi / 8)) gives E ~ sigmoid(m / sqrt(tau^2 + pi * v / 8)) (MacKay 1992), checked
-  against Monte Carlo by `mc_expected_sigmoid`.
+- Bayesian GPM: the predictive P = E[sigmoid(s / tau)] with s ~ N(m, v), integrated numerically
+  (prefpipe.evaluation.uncertainty.gaussian_preference; z = logit P), checked against Monte Carlo by
+  `mc_expected_sigmoid`. The probit approximation sigmoid(m / sqrt(tau^2 + pi * v / 8)) (MacKay 1992,
+  `effective_logit`) is kept as the fallback where P rounds to 0 or 1.
 The benchmark's label is always "chosen wins", so calibration uses the top-label view: confidence
 max(p, 1 - p) against whether the decision (s > 0) was right; Brier = mean (1 - p)^2, NLL = mean -log p.
-Selective accuracy for Bayesian heads abstains first on the pairs whose decision the posterior is most likely
-to flip, P(sign s != sign m) = Phi(-|m| / sqrt(v)); the raw variance is no such ranking, because the variance
-of a bilinear score grows with the size of the embeddings, i.e. with |m| (both other rankings are kept).
+Selective accuracy abstains first on the largest predictive entropy H(P) (for point heads the same ranking as
+the smallest |P - 0.5|). For Bayesian heads the rankings by the point margin |m|, by the posterior's flip
+probability Phi(-|m| / sd) and by the raw variance are kept beside it; docs/UNCERTAINTY.md says why neither
+of the last two is an uncertainty about the preference (the variance of a bilinear score grows with |m|).
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from typing import Any
 import numpy as np
 
 PROBIT_METHOD = "probit approximation: E[sigmoid(s/tau)], s ~ N(m, v) ~= sigmoid(m / sqrt(tau^2 + pi*v/8))"
+PREDICTIVE_METHOD = "predictive E[sigmoid(s/tau)], s ~ N(m, v), by numerical integration"
 POINT_METHOD = "sigmoid(s/tau) of the point score"
 # Keys of the `calibration` block (the report imports them).
 ECE, RELIABILITY, SELECTIVE = "ece", "reliability", "selective"
-FLIP_CRITERION = "abstain on the largest posterior probability of a flipped decision, Phi(-|m| / sd)"
+ENTROPY_CRITERION = (
+    "abstain on the largest predictive entropy H(P), P = E[sigmoid(s / tau)] under the posterior"
+)
+POINT_CRITERION = "abstain on the smallest |P - 0.5|"
 
 
 def effective_logit(score: np.ndarray, tau: float, variance: np.ndarray | None = None) -> np.ndarray:
@@ -79,6 +85,14 @@ def decision_z(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
     sd = np.sqrt(_checked_variance(variance))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(sd > 0, m / sd, np.where(m > 0, np.inf, 0.0))
+
+
+def binary_entropy(p: np.ndarray) -> np.ndarray:
+    """H(p) = -p log p - (1 - p) log(1 - p) in nats (0 at p = 0 or 1)."""
+    p = np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = -(p * np.log(p)) - (1 - p) * np.log1p(-p)
+    return np.nan_to_num(terms, nan=0.0)
 
 
 def _confidence(prob: np.ndarray) -> np.ndarray:
@@ -156,16 +170,16 @@ def calibration_report(
 ) -> dict[str, Any]:
     """ECE, Brier, NLL, reliability bins and selective accuracy for one set of pairs.
 
-    Selective accuracy abstains first on the smallest |P - 0.5|; given a variance (and the score means it
-    belongs to), on the largest probability of a flipped decision (FLIP_CRITERION), with the rankings by
-    |P - 0.5| and by raw variance reported beside it.
+    Selective accuracy abstains first on the largest predictive entropy of P = sigmoid(logit); given a variance
+    (and the score means it belongs to), the rankings by the point margin -|m| (`selective_by_point_margin`),
+    by the flip probability (`selective_by_flip`) and by the raw variance (`selective_by_variance`) are
+    reported beside it.
     """
     logit = np.asarray(logit, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
     if len(logit) == 0:
         return {"n": 0}
     prob = sigmoid(logit)
-    margin_uncertainty = -np.abs(prob - 0.5)
     report: dict[str, Any] = {
         "n": int(len(logit)),
         "accuracy": float(correct.mean()),
@@ -179,11 +193,13 @@ def calibration_report(
     if variance is not None:
         if score is None:
             raise ValueError("calibration_report: a score variance needs the score means (score=...)")
-        report["selective_criterion"] = FLIP_CRITERION
-        report[SELECTIVE] = selective_accuracy(correct, -decision_z(score, variance), coverages)
-        report["selective_by_margin"] = selective_accuracy(correct, margin_uncertainty, coverages)
+        report["selective_criterion"] = ENTROPY_CRITERION
+        report[SELECTIVE] = selective_accuracy(correct, binary_entropy(prob), coverages)
+        point = -np.abs(np.asarray(score, dtype=np.float64))
+        report["selective_by_point_margin"] = selective_accuracy(correct, point, coverages)
+        report["selective_by_flip"] = selective_accuracy(correct, -decision_z(score, variance), coverages)
         report["selective_by_variance"] = selective_accuracy(correct, np.asarray(variance, float), coverages)
     else:
-        report["selective_criterion"] = "abstain on the smallest |P - 0.5|"
-        report[SELECTIVE] = selective_accuracy(correct, margin_uncertainty, coverages)
+        report["selective_criterion"] = POINT_CRITERION
+        report[SELECTIVE] = selective_accuracy(correct, -np.abs(prob - 0.5), coverages)
     return report

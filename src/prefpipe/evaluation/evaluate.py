@@ -109,6 +109,7 @@ def _score_benchmark(
         mc_samples=bench_settings.mc_samples,
         seed=settings.seed,
         length_resamples=bench_settings.length_bootstrap_resamples,
+        uncertainty=bench_settings.uncertainty,
     )
     summary = {"benchmark": name, "format": fmt, "data": load_report, "device": device, **summary}
     timing = {key: summary.pop(key, None) for key in TIMING_KEYS}

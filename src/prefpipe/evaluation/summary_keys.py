@@ -17,6 +17,18 @@ PROMPT_OVERLAP = "prompt_overlap"
 # The model's extra heads (e.g. "as_finetuned", the head before the refit): name -> their scores and ECE; their
 # per-example decisions and scores are the columns correct_<name> and score_<name>.
 EXTRA_HEADS, AS_FINETUNED = "extra_heads", "as_finetuned"
+# Each benchmark's uncertainty block (prefpipe.evaluation.uncertainty_block) and eval_ensemble/<name>/summary.json:
+# {auroc: {target: {candidate: {value, low, high, positives, negatives}} | {skipped: why}},
+#  aurc_vs_margin: {candidate: {uncertainty, margin, difference: {value, low, high}}}, n, accuracy, ...}.
+UNCERTAINTY, AUROC, AURC_VS_MARGIN = "uncertainty", "auroc", "aurc_vs_margin"
+ERRORS, DISAGREEMENT, UNFAMILIAR = "errors", "disagreement", "unfamiliar"
+# Candidates: -|m| (the point margin, every head's reference), the posterior's predictive entropy and mutual
+# information (Bayesian heads), a deep ensemble's members' sd.
+MARGIN, PREDICTIVE_ENTROPY, MUTUAL_INFORMATION = "neg_abs_margin", "predictive_entropy", "mutual_information"
+MEMBER_SD = "score_sd"
+# The per-pair fields of the uncertainty world (prefpipe.data.synthetic_noise) that the targets read; the
+# benchmark loader keeps them and the per-example table gets them as columns where every pair records them.
+PAIR_FIELDS = ("flip_rate", "unfamiliar")
 
 # --- ablation/summary.json (the report and the seed table read them)
 ROWS, VARIANTS, MOST_IMPORTANT, VERDICTS = "rows", "variants", "most_important", "verdicts"

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from prefpipe.common.stats import percentile_interval
-from prefpipe.evaluation.calibration import expected_calibration_error, sigmoid
+from prefpipe.evaluation.calibration import binary_entropy, expected_calibration_error, sigmoid
 from prefpipe.evaluation.paired_bootstrap import draw
 
 # E[f(X)], X ~ N(mu, s^2) on the logit scale (mu = m / tau, s = sd / tau), f = sigmoid or H(sigmoid): Gauss-Hermite
@@ -42,14 +42,6 @@ def _vector(x: Any, name: str) -> np.ndarray:
     if not np.all(np.isfinite(out)):
         raise ValueError(f"{name}: non-finite values")
     return out
-
-
-def binary_entropy(p: np.ndarray) -> np.ndarray:
-    """H(p) = -p log p - (1 - p) log(1 - p) in nats (0 at p = 0 or 1)."""
-    p = np.asarray(p, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = -(p * np.log(p)) - (1 - p) * np.log1p(-p)
-    return np.nan_to_num(terms, nan=0.0)
 
 
 def _entropy_of_logit(z: np.ndarray) -> np.ndarray:

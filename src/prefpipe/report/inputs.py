@@ -10,6 +10,7 @@ versions.json: prefpipe.common.run_record writes the three together).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ LAYOUT = {
     "reward": "reward/{name}/summary.json",
     "reward_metrics": "reward/{name}/metrics.jsonl",
     "eval": "eval/{name}/summary.json",
+    "eval_ensemble": "eval_ensemble/{name}/summary.json",
     "grpo": "grpo/{name}/summary.json",
     "grpo_metrics": "grpo/{name}/metrics.jsonl",
     "grpo_samples": "grpo/{name}/samples.jsonl",
@@ -41,8 +43,9 @@ class Manifest:
     files: dict[str, dict[str, str]]
 
     @classmethod
-    def standard(cls, variants: list[str], runs: list[str]) -> Manifest:
-        """The files the report rule declares for these variants and runs (the stages' layout)."""
+    def standard(cls, variants: list[str], runs: list[str], ensembles: Sequence[str]) -> Manifest:
+        """The files the report rule declares for these variants, runs and deep ensembles (the stages'
+        layout)."""
         files: dict[str, dict[str, str]] = {
             "data": {"": LAYOUT["data"]},
             "base": {"": LAYOUT["base"]},
@@ -52,17 +55,19 @@ class Manifest:
             files[kind] = {v: LAYOUT[kind].format(name=v) for v in variants}
         for kind in RUN_KINDS:
             files[kind] = {r: LAYOUT[kind].format(name=r) for r in runs}
+        files["eval_ensemble"] = {e: LAYOUT["eval_ensemble"].format(name=e) for e in ensembles}
         return cls(files)
 
     @classmethod
     def listed(cls, results: Path) -> Manifest:
-        """The standard manifest for the variants and runs that have a summary.json under `results` (for a
-        results folder whose report never ran: the workflow itself declares its inputs, never lists them)."""
+        """The standard manifest for the variants, runs and deep ensembles that have a summary.json under
+        `results` (for a results folder whose report never ran: the workflow itself declares its inputs, never
+        lists them)."""
 
         def names(stage: str) -> list[str]:
             return sorted(p.parent.name for p in Path(results).glob(f"{stage}/*/summary.json"))
 
-        return cls.standard(names("reward"), names("grpo"))
+        return cls.standard(names("reward"), names("grpo"), names("eval_ensemble"))
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:

@@ -23,6 +23,15 @@ class BenchmarkSettings:
 
 
 @dataclass
+class UncertaintyEvalSettings:
+    """The bootstrap of each summary's uncertainty block (prefpipe.evaluation.uncertainty_block)."""
+
+    resamples: int
+    confidence: float  # two-sided interval level
+    disagreement_at: float  # flip_rate at which a test pair counts as high-disagreement
+
+
+@dataclass
 class RewardBenchSettings:
     benchmarks: dict[str, BenchmarkSettings]  # name -> benchmark (names are free)
     split: str
@@ -33,6 +42,8 @@ class RewardBenchSettings:
     selective_coverages: list[float]
     mc_samples: int
     length_bootstrap_resamples: int  # behind the length figures' 95% intervals (0 = none)
+    uncertainty: UncertaintyEvalSettings
+    ensembles: dict[str, list[str]]  # deep ensemble name -> its reward variants (the eval_ensemble rule)
 
 
 @dataclass

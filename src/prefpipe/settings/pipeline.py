@@ -112,6 +112,7 @@ class PipelineSettings:
         data_map = {
             key: raw["data"][key] for key in ("sections", "cyclic_subsets", "bad_rows", "max_overlap_share")
         }
+        _check_ensembles(raw["eval"]["ensembles"], variants, declared)
         benchmarks = _benchmarks(raw["eval"]["benchmarks"], raw["data"]["source"])
         raw["eval"]["benchmarks"] = benchmarks
         report_section = _report_section(raw)
@@ -193,6 +194,15 @@ def _check_model_refs(
         _check_model_ref(
             settings.backbone.model, f"reward.variants.{name}.backbone.model", models, allow_base=True
         )
+
+
+def _check_ensembles(ensembles: dict[str, list[str]], trained: list[str], declared: list[str]) -> None:
+    """Every member of a deep ensemble (eval.ensembles) is a variant this run trains."""
+    for name, members in ensembles.items():
+        for member in members:
+            if member not in trained:
+                why = "narrowed away by reward.only" if member in declared else "not in reward.variants"
+                raise ConfigError(f"eval.ensembles.{name}: member {member!r} is {why} (trained: {trained})")
 
 
 def _ablation(

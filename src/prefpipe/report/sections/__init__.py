@@ -83,10 +83,12 @@ def _registry() -> list:
         reward_training,
         rewardbench,
         samples,
+        uncertainty,
     )
 
     return [
         rewardbench,
+        uncertainty,
         ablation,
         policy,
         hypotheses,

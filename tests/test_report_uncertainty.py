@@ -1,0 +1,105 @@
+"""The report's uncertainty section and its first-screen answer (issue 33) on the fixture tree with made-up
+uncertainty blocks in the eval summaries and one deep-ensemble summary: the numbers shown are the recorded ones,
+the verdicts follow the intervals, and a tree without blocks gets neither section nor answer."""
+
+from __future__ import annotations
+
+import json
+
+from support.results_tree import manifest, write_results_tree
+from support.settings import report_settings
+
+from prefpipe.report.inputs import Manifest
+from prefpipe.report.write import build
+
+
+def _auroc(value, low, high):
+    return {"value": value, "low": low, "high": high, "positives": 10, "negatives": 90}
+
+
+def _block(measures):
+    """An uncertainty block: measure -> {target: (value, low, high)}; AURC for the non-margin ones."""
+    targets = {t for per in measures.values() for t in per}
+    auroc = {t: {m: _auroc(*per[t]) for m, per in measures.items() if t in per} for t in sorted(targets)}
+    aurc = {
+        m: {
+            "uncertainty": 0.03,
+            "margin": 0.029,
+            "difference": {"value": 0.001, "low": -0.0004, "high": 0.0031},
+        }
+        for m in measures
+        if m != "neg_abs_margin"
+    }
+    return {"n": 100, "accuracy": 0.9, "auroc": auroc, "aurc_vs_margin": aurc, "disagreement_at": 0.2}
+
+
+BGPM = {
+    "neg_abs_margin": {"errors": (0.76, 0.74, 0.79)},
+    "predictive_entropy": {"errors": (0.784, 0.76, 0.81), "disagreement": (0.489, 0.45, 0.52),
+                           "unfamiliar": (0.732, 0.70, 0.77)},
+    "mutual_information": {"errors": (0.763, 0.73, 0.79), "disagreement": (0.449, 0.41, 0.48),
+                           "unfamiliar": (0.821, 0.79, 0.86)},
+}  # fmt: skip
+GPM = {"neg_abs_margin": {"errors": (0.703, 0.67, 0.74), "disagreement": (0.64, 0.61, 0.68)}}
+ENSEMBLE = {"score_sd": {"errors": (0.65, 0.6, 0.7), "unfamiliar": (0.9, 0.85, 0.95)}}
+
+
+def _add_blocks(root):
+    for variant, measures in (("bgpm", BGPM), ("gpm", GPM)):
+        path = root / "eval" / variant / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["benchmarks"]["synthetic"]["uncertainty"] = _block(measures)
+        path.write_text(json.dumps(summary))
+    folder = root / "eval_ensemble" / "gpm-ensemble"
+    folder.mkdir(parents=True)
+    summary = {"stage": "eval_ensemble", "members": ["gpm", "gpm-seed1"], "uncertainty": _block(ENSEMBLE)}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=3, grpo_steps=3)
+    cfg = report_settings({"figure_dpi": 50}, experiment="synthetic-default", seed=0)
+    build(cfg, root, tmp_path / "plain", manifest())
+    plain = (tmp_path / "plain" / "report.md").read_text()
+    assert "## Uncertainty" not in plain and "uncertainty informative" not in plain
+
+    _add_blocks(root)
+    files = manifest()
+    files.files["eval_ensemble"] = {"gpm-ensemble": "eval_ensemble/gpm-ensemble/summary.json"}
+    # `prefpipe report` on a folder whose report never ran lists the ensembles it finds
+    assert Manifest.listed(root).files["eval_ensemble"] == files.files["eval_ensemble"]
+    build(cfg, root, tmp_path / "out", files)
+    md = (tmp_path / "out" / "report.md").read_text()
+    answers = md.split("## Uncertainty", 1)[0]
+    assert (
+        "Is the Bayesian GPM's uncertainty informative? On synthetic, bgpm's AUROC [95%] for its errors: "
+        in answers
+    )
+    assert (
+        "predictive entropy 0.784 [0.760, 0.810] (informative), mutual information 0.763 [0.730, 0.790]"
+        in answers
+    )
+    assert (
+        "gpm's |margin| 0.703 [0.670, 0.740]; ensemble gpm-ensemble's members' sd 0.650 [0.600, 0.700]"
+        in answers
+    )
+    assert (
+        "high-disagreement pairs: predictive entropy 0.489 [0.450, 0.520] (not distinguishable from chance)"
+        in answers
+    )
+    assert "mutual information 0.449 [0.410, 0.480]" in answers  # shown as recorded, below chance
+    assert "unfamiliar pairs: predictive entropy 0.732 [0.700, 0.770] (informative)" in answers
+    assert "an AURC no different than abstaining on its own |margin| (+0.0010 [-0.0004, +0.0031])" in answers
+    table = md.split("## Uncertainty", 1)[1]
+    assert (
+        "| bgpm | predictive entropy | 0.784 [0.760, 0.810] | 0.489 [0.450, 0.520] | 0.732 [0.700, 0.770] |"
+        in table
+    )
+    assert (
+        "| gpm | -\\|margin\\| (point estimate) | 0.703 [0.670, 0.740] | 0.640 [0.610, 0.680] | – |" in table
+    )
+    assert (
+        "| ensemble gpm-ensemble | members' score sd | 0.650 [0.600, 0.700] | – | 0.900 [0.850, 0.950] |"
+        in table
+    )
