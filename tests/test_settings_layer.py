@@ -198,6 +198,8 @@ NOT_CONFIG_DEFAULTS = {
     ("export/reward_loader.py", "__init__", "dtype"),
     ("export/reward_loader.py", "encode", "batch_size"),
     ("export/card.py", ".get", "backbone"),  # an old run's config.json without the section: the card says so
+    # the eval summary's prompt-overlap count (a figure, shown as "n/a" when absent), not reward.eval.train_pairs
+    ("report/sections/prompt_overlap.py", ".get", "train_pairs"),
 }
 
 
