@@ -11,52 +11,21 @@ import signal
 from pathlib import Path
 
 import pytest
-from support.models import chat_tokenizer, save_tiny_policy, tiny_llama
-from support.settings import grpo_settings, stage_json
-from support.stages import run_main
+from support.curve_runs import EVAL, ROWS, SHORT, evaluate, train, write_inputs
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings
 
-from prefpipe import eval_policy, train_grpo
 from prefpipe.common.config import ConfigError
-from prefpipe.common.io import read_jsonl, write_jsonl
-from prefpipe.data.verifier import VERIFIERS, register_verifier
+from prefpipe.common.io import read_jsonl
 from prefpipe.grpo.curve import CURVE_FILE, curve_steps
 from prefpipe.grpo.rewards import build_rewards
 from prefpipe.grpo.splits import evaluation_rows, split_validation, training_rows
 from prefpipe.grpo.trainer import GRPOTrainer, Preempted
 
-# A task kind whose verifier accepts about half of a random tiny policy's completions (even character count),
-# so the accuracies compared below are not all 0 (the real verifiers almost never accept a random completion).
-EVEN = "test_even_length"
-if EVEN not in VERIFIERS:
-    register_verifier(EVEN)(lambda answer, completion: len(completion) % 2 == 0)
-
-ROWS = [
-    {"id": f"p{i}", "prompt": f"Say {w}.", "answer": w, "kind": EVEN, "aliases": []}
-    for i, w in enumerate("abcdefghij")
-]
-EVAL = {"max_new_tokens": 7, "batch_size": 3, "curve_every": 2, "curve_prompts": 5, "kl_estimate": False}
-SHORT = {
-    "steps": 5,
-    "prompts_per_step": 2,
-    "num_generations": 4,
-    "max_new_tokens": 6,
-    "learning_rate": 5e-2,
-    "sample_every": 0,
-    "checkpoint_every": 0,
-    "inspect_steps": [],
-    "mask_truncated_completions": False,
-    "beta": 0.0,
-    "eval": EVAL,
-}
-
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("grpo_curve")
-    data = root / "data"
-    write_jsonl(data / "rl_prompts_train.jsonl", ROWS)
-    write_jsonl(data / "rl_prompts_heldout.jsonl", ROWS[::-1])
-    return {"root": root, "data": data, "policy": save_tiny_policy(root / "base", seed=4)}
+    return write_inputs(tmp_path_factory.mktemp("grpo_curve"))
 
 
 @pytest.mark.parametrize(
@@ -68,11 +37,7 @@ def test_curve_steps(every, total, expected):
 
 
 def _train(folders, out: Path, **changes) -> dict:
-    settings = grpo_settings({**SHORT, **changes}, seed=0)
-    code, _ = run_main(
-        train_grpo.main, stage_json(settings), data=folders["data"], policy=folders["policy"], out=out
-    )
-    assert code == 0
+    train(folders, out, **changes)
     return json.loads((out / "summary.json").read_text())
 
 
@@ -84,16 +49,7 @@ def test_curve_points_and_last_point_equal_a_separate_eval(folders):
     assert summary["curve"] == {"file": CURVE_FILE, "points": 4}
     assert all(p["n"] == 5 and p["split"] == "heldout" for p in curve)
     ev = folders["root"] / "policy_eval" / "curve"
-    eval_cfg = grpo_settings({**SHORT, "eval": {**EVAL, "max_prompts": 5}}, seed=0)
-    code, _ = run_main(
-        eval_policy.main,
-        stage_json(eval_cfg),
-        data=folders["data"],
-        base=folders["policy"],
-        policy=out / "policy",
-        out=ev,
-    )
-    assert code == 0
+    evaluate(folders, out / "policy", ev, max_prompts=5)
     decodings = json.loads((ev / "summary.json").read_text())["decodings"]
     first, last = curve[0], curve[-1]
     for decoding in ("greedy", "sampled"):

@@ -145,5 +145,7 @@ def test_report_plots_the_curves_and_the_gap(tmp_path):
     section = hacking.build(Context(tree, [], report_settings()))
     figure, table = section.blocks
     assert figure.png.startswith(b"\x89PNG")
-    assert table.rows[0][0] == "rm_bt" and table.rows[0][-1] == f"{block['gap']:+.3f}"
+    assert table.rows[0][0] == "rm_bt" and table.rows[0][-3] == f"{block['gap']:+.3f}"
+    # length and truncation: mean of the first 5 steps -> mean of the last 5 (steps 7..11)
+    assert table.rows[0][-2:] == ["7 → 14", "10.0% → 45.0%"]
     assert block["gap"] == pytest.approx((0.1 * 9 - 0.1 * 2) / 1.0)  # last 5 mean 0.9, first 5 mean 0.2

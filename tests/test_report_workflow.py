@@ -34,6 +34,7 @@ FIGURES = {
     "rewardbench",
     "ablation",
     "policy_eval",
+    "policy_curve_1",
     "calibration",
     "selective",
     "reward_training_1",

@@ -103,6 +103,8 @@ def paired_difference(
         "delta": float(d.mean()),
         "ci": list(bootstrap_mean_interval(d, samples, confidence, seed)),
         "confidence": confidence,
+        "samples": samples,
+        "seed": seed,
         "n": int(d.size),
         "method": PAIRED_METHOD,
     }

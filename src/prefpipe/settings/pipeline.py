@@ -121,6 +121,9 @@ class PipelineSettings:
             hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
             _check_hypothesis_runs(hypotheses, list(grpo))
         ablation = _ablation(raw["ablation"], variants, declared, stage)
+        report = stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None
+        if report is not None and grpo:
+            report.policy_comparison.check(list(grpo))
         return cls(
             raw=raw,
             data=data,
@@ -134,7 +137,7 @@ class PipelineSettings:
             ),
             grpo=grpo,
             ablation=ablation,
-            report=stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None,
+            report=report,
             hypotheses=hypotheses,
             accelerate_config=raw["launch"]["accelerate_config"],
             results_dir=results_dir(raw),
