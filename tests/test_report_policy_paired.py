@@ -37,8 +37,8 @@ def tree(tmp_path_factory):
 
 
 def _ctx(tree) -> Context:
-    # grpo.enabled false: the runs here are not the default config's, so the run-name check has nothing to check
-    return Context(tree, [], report_settings({"policy_comparison": COMPARISON}, grpo={"enabled": False}))
+    declared = {"enabled": False, "runs": {r: {} for members in ARMS.values() for r in members}}
+    return Context(tree, [], report_settings({"policy_comparison": COMPARISON}, grpo=declared))
 
 
 def test_curve_table_matches_the_curve_and_training_files(tree):

@@ -122,8 +122,8 @@ class PipelineSettings:
             _check_hypothesis_runs(hypotheses, list(grpo))
         ablation = _ablation(raw["ablation"], variants, declared, stage)
         report = stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None
-        if report is not None and grpo:
-            report.policy_comparison.check(list(grpo))
+        if report is not None:  # against the declared runs: an experiment may narrow some away (grpo.only)
+            report.policy_comparison.check(list(grpo_section["runs"]))
         return cls(
             raw=raw,
             data=data,
