@@ -49,10 +49,11 @@ def test_curve_table_matches_the_curve_and_training_files(tree):
     mine = [r for r in table.rows if r[0] == "hi_s1"]
     curve = read_jsonl(tree.root / "grpo" / "hi_s1" / "curve.jsonl")
     assert [r[1] for r in mine] == [str(p["step"]) for p in curve] == ["0", "2", "4", "5"]
-    assert mine[0][6] == "–"  # no update before the first point
+    assert mine[0][5] == "–"  # no update before the first point
     rewards = [m["reward_mean"] for m in read_jsonl(tree.root / "grpo" / "hi_s1" / "metrics.jsonl")]
-    assert float(mine[2][6]) == pytest.approx(np.mean(rewards[2:4]), abs=5e-4)  # updates 2 and 3
+    assert float(mine[2][5]) == pytest.approx(np.mean(rewards[2:4]), abs=5e-4)  # updates 2 and 3
     assert mine[1][2].startswith(f"{100 * curve[1]['greedy_accuracy']:.1f}%")
+    assert mine[1][4].endswith(f"({100 * curve[1]['greedy_truncated_ratio']:.1f}%)")
 
 
 def test_paired_tables_match_an_independent_computation(tree):
