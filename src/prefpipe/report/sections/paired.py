@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, interval_side
 from prefpipe.grpo import metric_names as gm
 from prefpipe.grpo import paired
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
+from prefpipe.report.sections.policy import verdict
 from prefpipe.report.seed_stats import cell
 from prefpipe.report.stats import NA, num, pts
 
 TITLE, ANCHOR = "GRPO: paired differences on the same prompts", "paired"
-WORDS = {ABOVE_ZERO: "improved", BELOW_ZERO: "worse"}
 
 
 def _word(ci: list[float]) -> str:
-    return WORDS.get(interval_side(ci), "no clear change")
+    """improved / no clear change / worse: where the interval lies against 0 (the policy table's words)."""
+    return verdict((ci[0], ci[1]))
 
 
 def _run_rows(ctx: Context) -> list[list[str]]:
