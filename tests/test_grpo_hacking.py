@@ -22,6 +22,10 @@ SUMMARY_KEYS = {
     "steps",
     "rm_score",
     "verifier_accuracy",
+    "rm_gain_sd_by_step",
+    "verifier_gain_sd_by_step",
+    "completion_length",
+    "truncated_ratio",
     "window",
     "rm_score_first",
     "rm_score_last",
@@ -82,6 +86,8 @@ def test_reward_model_only_run_summary_holds_the_overoptimisation_curve(tmp_path
     rm_scale = sum(r["reward/reward_model_std"] for r in rows) / 3
     rm_gain = (sum(block["rm_score"]) / 3 - sum(block["rm_score"]) / 3) / rm_scale
     assert block["window"] == 3 and block["rm_gain_sd"] == pytest.approx(rm_gain, abs=1e-9)
+    assert block["completion_length"] == [r["completion_length_mean"] for r in rows]
+    assert block["truncated_ratio"] == [r["truncated_ratio"] for r in rows]
 
 
 def test_gap_by_hand():
@@ -92,6 +98,8 @@ def test_gap_by_hand():
             "reward/rm_std": 2.0,
             "verifier_accuracy": a,
             "verifier_score_std": 0.5,
+            "completion_length_mean": 10.0 + s,
+            "truncated_ratio": 0.1 * s,
         }
         for s, (m, a) in enumerate(zip([0.0] * 5 + [1.0] * 5, [0.2] * 5 + [0.3] * 5, strict=True))
     ]
@@ -100,6 +108,11 @@ def test_gap_by_hand():
     assert block["rm_gain_sd"] == pytest.approx((1.0 - 0.0) / 2.0)
     assert block["verifier_gain_sd"] == pytest.approx((0.3 - 0.2) / 0.5)
     assert block["gap"] == pytest.approx(0.5 - 0.2)
+    # per step: (value - first-5 mean) / mean std, beside length and truncation as logged
+    assert block["rm_gain_sd_by_step"] == pytest.approx([0.0] * 5 + [0.5] * 5)
+    assert block["verifier_gain_sd_by_step"] == pytest.approx([0.0] * 5 + [0.2] * 5)
+    assert block["completion_length"] == [10.0 + s for s in range(10)]
+    assert block["truncated_ratio"] == pytest.approx([0.1 * s for s in range(10)])
     assert overoptimisation(rows, [{"type": "verifier", "name": None, "weight": 1.0}]) is None
     assert (
         overoptimisation([{k: v for k, v in r.items() if k != "verifier_accuracy"} for r in rows], specs)
@@ -121,6 +134,8 @@ def test_report_plots_the_curves_and_the_gap(tmp_path):
             "reward/rm_std": 1.0,
             "verifier_accuracy": 0.3,
             "verifier_score_std": 0.4,
+            "completion_length_mean": 5.0 + s,
+            "truncated_ratio": 0.05 * s,
         }
         for s in range(12)
     ]
@@ -130,5 +145,7 @@ def test_report_plots_the_curves_and_the_gap(tmp_path):
     section = hacking.build(Context(tree, [], report_settings()))
     figure, table = section.blocks
     assert figure.png.startswith(b"\x89PNG")
-    assert table.rows[0][0] == "rm_bt" and table.rows[0][-1] == f"{block['gap']:+.3f}"
+    assert table.rows[0][0] == "rm_bt" and table.rows[0][-3] == f"{block['gap']:+.3f}"
+    # length and truncation: mean of the first 5 steps -> mean of the last 5 (steps 7..11)
+    assert table.rows[0][-2:] == ["7 → 14", "10.0% → 45.0%"]
     assert block["gap"] == pytest.approx((0.1 * 9 - 0.1 * 2) / 1.0)  # last 5 mean 0.9, first 5 mean 0.2

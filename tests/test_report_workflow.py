@@ -34,6 +34,7 @@ FIGURES = {
     "rewardbench",
     "ablation",
     "policy_eval",
+    "policy_curve_1",
     "calibration",
     "selective",
     "reward_training_1",
@@ -259,10 +260,9 @@ def test_report_shows_every_run_with_the_policy_eval_numbers(tiny_run):
             for side, column in ((base, "Base [95%]"), (trained, "Trained [95%]")):
                 assert cells[column] == _pct(side["accuracy"], side["accuracy_ci95"]), (run, decoding, column)
                 assert f">{cells[column]}</td>" in html
-            # change: independent estimates, each half-width taken as 1.96 standard errors
-            se = [(b["accuracy_ci95"][1] - b["accuracy_ci95"][0]) / (2 * Z95) for b in (base, trained)]
-            delta, half = trained["accuracy"] - base["accuracy"], Z95 * math.hypot(*se)
-            change = (delta - half, delta + half)
+            # change: the paired interval eval_policy recorded (both policies answer the same prompts)
+            delta, change = trained["accuracy"] - base["accuracy"], block["paired"]["ci"]
+            assert block["paired"]["delta"] == pytest.approx(delta)
             assert cells["Change [95%]"] == _pts(delta, change), (run, decoding)
             verdict = "improved" if change[0] > 0 else ("worse" if change[1] < 0 else "no clear change")
             assert cells["Verdict"] == verdict

@@ -84,6 +84,9 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
     for name, run in settings.grpo.items():
         expected = deep_merge(raw["grpo"]["defaults"], raw["grpo"]["runs"][name])
         got = _without_run_keys(to_mapping(run), "run")
+        # a run's own `seed` (null: the experiment's) becomes the run-wide seed of its settings
+        own_seed = expected.pop("seed")
+        assert run.seed == (raw["seed"] if own_seed is None else own_seed), name
         # the schema fills each reward source's defaults (weight, opponent, ...): compare the given keys
         for spec, given in zip(got.pop("rewards"), expected.pop("rewards"), strict=True):
             assert {k: spec[k] for k in given} == given

@@ -389,7 +389,14 @@ def report_manifest(input):
     for kind in ("reward", "reward_metrics", "eval"):
         names[kind] = reward_variants()
     names["eval_ensemble"] = ensembles()
-    for kind in ("grpo", "grpo_metrics", "grpo_samples", "policy_eval"):
+    for kind in (
+        "grpo",
+        "grpo_metrics",
+        "grpo_samples",
+        "grpo_curve",
+        "policy_eval",
+        "policy_examples",
+    ):
         names[kind] = grpo_runs()
     files = {}
     for kind, keys in names.items():

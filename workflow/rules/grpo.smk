@@ -6,10 +6,12 @@ rule train_grpo:
     input:
         unpack(lambda wildcards: grpo_reward_input(wildcards.run)),
         rl_train=rules.prep_data.output.rl_train,
+        rl_heldout=rules.prep_data.output.rl_heldout,
         policy=rules.build_base.output.model,
     output:
         policy=directory(f"{RESULTS}/grpo/{{run}}/policy"),
         metrics=f"{RESULTS}/grpo/{{run}}/metrics.jsonl",
+        curve=f"{RESULTS}/grpo/{{run}}/curve.jsonl",
         samples=report(
             f"{RESULTS}/grpo/{{run}}/samples.jsonl",
             category="5. GRPO",
@@ -50,6 +52,7 @@ rule train_grpo:
 rule eval_policy:
     input:
         unpack(lambda wildcards: grpo_reward_input(wildcards.run)),
+        rl_train=rules.prep_data.output.rl_train,
         rl_heldout=rules.prep_data.output.rl_heldout,
         base=rules.build_base.output.model,
         policy=rules.train_grpo.output.policy,

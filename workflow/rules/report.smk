@@ -14,7 +14,9 @@ rule report:
         grpo=expand(rules.train_grpo.output.summary, run=grpo_runs()),
         grpo_metrics=expand(rules.train_grpo.output.metrics, run=grpo_runs()),
         grpo_samples=expand(rules.train_grpo.output.samples, run=grpo_runs()),
+        grpo_curve=expand(rules.train_grpo.output.curve, run=grpo_runs()),
         policy_eval=expand(rules.eval_policy.output.summary, run=grpo_runs()),
+        policy_examples=expand(rules.eval_policy.output.per_example, run=grpo_runs()),
         grpo_hypotheses=hypotheses_summary(),
         compared=compared_files(),
     output:

@@ -87,3 +87,41 @@ def bootstrap_statistic_interval(
     values = np.array([statistic(row) for row in idx], dtype=np.float64)
     values = values[np.isfinite(values)]
     return percentile_interval(values, confidence) if len(values) else None
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: of the n = only_a + only_b discordant pairs, how unlikely a split at
+    least this uneven is when each falls either way with probability 1/2 (binomial; 1.0 without any)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
+
+
+PAIRED_METHOD = "percentile bootstrap over prompts of the mean per-prompt difference"
+
+
+def paired_difference(
+    a: Sequence[float], b: Sequence[float], samples: int, confidence: float, seed: int
+) -> dict[str, Any]:
+    """mean(a_i - b_i) over prompts answered by both, its bootstrap interval (prompts resampled with
+    replacement, numpy default_rng(seed)) and, for 0/1 outcomes, the discordant counts with McNemar's exact p."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError(f"paired_difference: need two equal, non-empty series (got {x.size} and {y.size})")
+    d = x - y
+    out: dict[str, Any] = {
+        "delta": float(d.mean()),
+        "ci": list(bootstrap_mean_interval(d, samples, confidence, seed)),
+        "confidence": confidence,
+        "samples": samples,
+        "seed": seed,
+        "n": int(d.size),
+        "method": PAIRED_METHOD,
+    }
+    if set(np.unique(np.concatenate([x, y]))) <= {0.0, 1.0}:
+        only_a, only_b = int((d > 0).sum()), int((d < 0).sum())
+        out |= {"only_a": only_a, "only_b": only_b, "mcnemar_p": mcnemar_exact_p(only_a, only_b)}
+    return out

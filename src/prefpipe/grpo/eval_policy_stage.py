@@ -19,11 +19,28 @@ import torch
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers, load_rl_prompts
-from prefpipe.grpo.metric_names import DECODING, DECODINGS, DECODINGS_KEY, KL_TO_BASE, REWARD_MODEL, WIN_RATE
+from prefpipe.common.stats import paired_difference
+from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers
+from prefpipe.grpo.metric_names import (
+    DECODING,
+    DECODINGS,
+    DECODINGS_KEY,
+    KL_TO_BASE,
+    PAIRED,
+    REWARD_MODEL,
+    WIN_RATE,
+)
+from prefpipe.grpo.paired import BASE, TRAINED, correct_key
 from prefpipe.grpo.policy_io import load_for_inference
-from prefpipe.grpo.policy_measures import Completions, accuracy_summary, complete, kl_to_reference
-from prefpipe.grpo.rollout import GenerationSettings
+from prefpipe.grpo.policy_measures import (
+    Completions,
+    accuracy_summary,
+    complete,
+    decoding_settings,
+    kl_to_reference,
+    verifier_scores,
+)
+from prefpipe.grpo.splits import evaluation_rows
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -33,14 +50,12 @@ log = logging.getLogger("prefpipe.eval_policy")
 def _policy_block(name: str, comp, rows: list[dict], graded: bool) -> dict[str, Any]:
     """Accuracy (verifier score 1) with its interval and the mean verifier score; prompts without answers get
     `accuracy_applicable: false` and only the length figures."""
-    from prefpipe.data.verifier import score
-
     n = len(rows)
     lengths = {"mean_length": sum(comp.lengths) / n, "truncated_ratio": sum(comp.truncated) / n}
     if not graded:
         block = {"accuracy": None, "accuracy_applicable": False, "not_applicable": NOT_APPLICABLE, "n": n}
         return block | lengths | {"_correct": [None] * n}
-    scores = [score(r["kind"], r["answer"], t, r["aliases"]) for r, t in zip(rows, comp.texts, strict=True)]
+    scores = verifier_scores(rows, comp.texts)
     correct = [s >= 1.0 for s in scores]
     block = accuracy_summary(correct, [r["kind"] for r in rows])
     block.update({"accuracy_applicable": True, "mean_score": sum(scores) / n, **lengths})
@@ -48,16 +63,28 @@ def _policy_block(name: str, comp, rows: list[dict], graded: bool) -> dict[str, 
     return block | {"_correct": correct}
 
 
-def _compare_block(decoding: str, comps: dict, rows: list[dict], graded: bool) -> dict[str, Any]:
-    """Accuracy of base and trained under one decoding, the difference and whether the intervals overlap."""
+def _compare_block(
+    run_settings: GrpoSettings, decoding: str, comps: dict, rows: list[dict], graded: bool
+) -> dict[str, Any]:
+    """Accuracy of base and trained under one decoding, the difference paired over prompts (its bootstrap
+    interval and McNemar's exact p) and whether the two Wilson intervals overlap."""
     blocks = {name: _policy_block(f"{name} ({decoding})", c, rows, graded) for name, c in comps.items()}
     correct = {name: block.pop("_correct") for name, block in blocks.items()}
     if not graded:
         return {**blocks, "accuracy_delta": None, "intervals_overlap": None, "_correct": correct}
     (b_lo, b_hi), (t_lo, t_hi) = blocks["base"]["accuracy_ci95"], blocks["trained"]["accuracy_ci95"]
+    ev = run_settings.eval
+    paired = paired_difference(
+        [float(c) for c in correct["trained"]],
+        [float(c) for c in correct["base"]],
+        ev.bootstrap_samples,
+        ev.confidence,
+        run_settings.seed,
+    )
     return {
         **blocks,
         "accuracy_delta": blocks["trained"]["accuracy"] - blocks["base"]["accuracy"],
+        PAIRED: paired,
         "intervals_overlap": not (t_lo > b_hi or b_lo > t_hi),
         "_correct": correct,
     }
@@ -96,14 +123,7 @@ def _decode_all(
     eval_settings = run_settings.eval
     comps: dict[str, dict[str, Completions]] = {}
     for decoding in DECODINGS:
-        settings = GenerationSettings(
-            eval_settings.max_new_tokens,
-            eval_settings.temperature,
-            eval_settings.top_p,
-            0,
-            decoding == "sampled",
-            fast=run_settings.fast_paths,
-        )
+        settings = decoding_settings(eval_settings, decoding, run_settings.fast_paths)
         comps[decoding] = {
             name: complete(
                 model,
@@ -139,8 +159,14 @@ def _kl_block(run_settings: GrpoSettings, policies: dict[str, Policy], prompts: 
 
 
 def _per_example(
-    rows: list[dict], texts: dict[str, list[str]], correct: dict[str, list], scores: list[float] | None
+    rows: list[dict],
+    texts: dict[str, list[str]],
+    correct: dict[str, dict[str, list]],
+    primary: str,
+    scores: list[float] | None,
 ) -> list[dict[str, Any]]:
+    """One row per prompt: the primary decoding's texts and grades, and every decoding's grades
+    (paired.correct_key columns, what the report's paired comparisons read)."""
     return [
         {
             "id": r["id"],
@@ -149,8 +175,13 @@ def _per_example(
             "answer": r["answer"],
             "base": texts["base"][i],
             "trained": texts["trained"][i],
-            "base_correct": correct["base"][i],
-            "trained_correct": correct["trained"][i],
+            "base_correct": correct[primary]["base"][i],
+            "trained_correct": correct[primary]["trained"][i],
+            **{
+                correct_key(side, decoding): by_side[side][i]
+                for decoding, by_side in correct.items()
+                for side in (BASE, TRAINED)
+            },
             **({"score_trained_over_base": scores[i]} if scores is not None else {}),
         }
         for i, r in enumerate(rows)
@@ -163,7 +194,9 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         torch.set_num_threads(run_settings.torch_threads)
     seed_everything(run_settings.seed)
     out = Path(args.out)
-    rows, skipped = load_rl_prompts(Path(args.data) / "rl_prompts_heldout.jsonl", eval_settings.max_prompts)
+    rows, skipped = evaluation_rows(
+        args.data, eval_settings.split, run_settings.validation_prompts, eval_settings.max_prompts
+    )
     record = RunRecord(out, "eval_policy", to_mapping(run_settings))
     policies = {
         "base": load_for_inference(args.base, run_settings.device),
@@ -172,11 +205,11 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
     prompts = [r["prompt"] for r in rows]
     graded = has_answers(rows)
     comps = _decode_all(run_settings, policies, prompts)
-    decodings = {decoding: _compare_block(decoding, c, rows, graded) for decoding, c in comps.items()}
+    decodings = {
+        decoding: _compare_block(run_settings, decoding, c, rows, graded) for decoding, c in comps.items()
+    }
+    correct = {decoding: block.pop("_correct") for decoding, block in decodings.items()}
     primary = decodings[eval_settings.primary]
-    correct = primary.pop("_correct")
-    for block in decodings.values():
-        block.pop("_correct", None)
     summary: dict[str, Any] = {
         "n_prompts": len(rows),
         "skipped_rows": skipped,
@@ -199,7 +232,7 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         summary[REWARD_MODEL] = rm_block | {"folder": str(args.reward_model)}
     if eval_settings.kl_estimate:
         summary[KL_TO_BASE] = _kl_block(run_settings, policies, prompts)
-    write_jsonl(out / "per_example.jsonl", _per_example(rows, texts, correct, scores))
+    write_jsonl(out / "per_example.jsonl", _per_example(rows, texts, correct, eval_settings.primary, scores))
     record.log(step=None, **{k: v for k, v in summary.items() if isinstance(v, int | float)})
     record.finish(summary)
     return summary

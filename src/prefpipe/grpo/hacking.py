@@ -14,6 +14,10 @@ gap > 0: the reward model's score rose more (in its own spread) than the verifie
 what the reward model pays for beyond what makes answers right (reward hacking); gap ~ 0: the two moved together;
 gap < 0: the verifier improved more than the reward model saw. Standardising makes BT rewards, GPM preference
 scores and risk-adjusted Bayesian scores comparable. W = WINDOW steps (fewer when the run is shorter).
+
+Per step, the same gains as series (signal at step t minus its first-W mean, over the same scale), with the
+mean completion length and the truncated share beside them: where the reward model's gain runs ahead of the
+verifier's while answers grow and get cut, the policy is being paid for length.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefpipe.grpo.metric_names import (
+    LENGTH_MEAN,
     REWARD_HACKING,  # noqa: F401 (the summary key of this block, read by the report)
     REWARD_PART_MEAN,
     REWARD_PART_STD,
+    TRUNCATED_RATIO,
     VERIFIER_ACCURACY,
     VERIFIER_SCORE_STD,
 )
@@ -48,6 +54,12 @@ def _gain(series: list[float], spread: list[float], window: int) -> tuple[float,
     return first, last, (gain / scale if scale else None)
 
 
+def _gain_series(series: list[float], spread: list[float], window: int) -> list[float] | None:
+    """(value at each step - mean of the first `window` steps) / mean per-batch std; None without spread."""
+    first, scale = _mean(series[:window]), _mean(spread)
+    return [(v - first) / scale for v in series] if scale else None
+
+
 def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The per-step curves and the final gap; None when the run has no reward-model reward or no verifier
     signal (prompts without answers)."""
@@ -60,8 +72,10 @@ def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) ->
     rm_score = [float(r[mean_key]) for r in rows]
     accuracy = [float(r[VERIFIER_ACCURACY]) for r in rows]
     window = min(WINDOW, len(rows))
-    rm_first, rm_last, rm_gain_sd = _gain(rm_score, [float(r[std_key]) for r in rows], window)
-    v_first, v_last, v_gain_sd = _gain(accuracy, [float(r[VERIFIER_SCORE_STD]) for r in rows], window)
+    rm_spread = [float(r[std_key]) for r in rows]
+    v_spread = [float(r[VERIFIER_SCORE_STD]) for r in rows]
+    rm_first, rm_last, rm_gain_sd = _gain(rm_score, rm_spread, window)
+    v_first, v_last, v_gain_sd = _gain(accuracy, v_spread, window)
     gap = None if rm_gain_sd is None or v_gain_sd is None else rm_gain_sd - v_gain_sd
     optimised = any(s["type"] in VERIFIER_SOURCES and float(s["weight"]) != 0.0 for s in specs)
     return {
@@ -70,6 +84,10 @@ def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) ->
         "steps": steps,
         "rm_score": rm_score,
         "verifier_accuracy": accuracy,
+        "rm_gain_sd_by_step": _gain_series(rm_score, rm_spread, window),
+        "verifier_gain_sd_by_step": _gain_series(accuracy, v_spread, window),
+        "completion_length": [float(r[LENGTH_MEAN]) for r in rows],
+        "truncated_ratio": [float(r[TRUNCATED_RATIO]) for r in rows],
         "window": window,
         "rm_score_first": rm_first,
         "rm_score_last": rm_last,

@@ -55,4 +55,6 @@ DECODING, DECODINGS_KEY, REWARD_MODEL, WIN_RATE, KL_TO_BASE = (
     "kl_to_base",
 )
 ACCURACY, ACCURACY_CI95, N = "accuracy", "accuracy_ci95", "n"
+# trained - base paired over prompts, per decoding (common.stats.paired_difference)
+PAIRED = "paired"
 KL_K3_TOKEN_MEAN = "k3_token_mean"

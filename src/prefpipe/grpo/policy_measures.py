@@ -98,6 +98,25 @@ def kl_to_reference(
     }
 
 
+def decoding_settings(eval_settings, decoding: str, fast: bool) -> GenerationSettings:
+    """How a policy is decoded for evaluation (grpo.<run>.eval): greedy, or sampled at eval.temperature."""
+    return GenerationSettings(
+        eval_settings.max_new_tokens,
+        eval_settings.temperature,
+        eval_settings.top_p,
+        0,
+        decoding == "sampled",
+        fast=fast,
+    )
+
+
+def verifier_scores(rows: list[dict], texts: list[str]) -> list[float]:
+    """The verifier's score of each completion against its row's answer (1.0 = accepted)."""
+    from prefpipe.data.verifier import score
+
+    return [score(r["kind"], r["answer"], t, r["aliases"]) for r, t in zip(rows, texts, strict=True)]
+
+
 def accuracy_summary(correct: list[bool], kinds: list[str]) -> dict:
     n, k = len(correct), sum(correct)
     lo, hi = wilson_interval(k, n)

@@ -20,10 +20,12 @@ from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
-from prefpipe.generation.rl_prompts import has_answers, load_rl_prompts
+from prefpipe.generation.rl_prompts import has_answers
+from prefpipe.grpo.curve import CURVE_FILE
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_io import load_policy, save_policy
 from prefpipe.grpo.rewards import WeightedReward, answer_reward_keys, build_rewards
+from prefpipe.grpo.splits import evaluation_rows, training_rows
 from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer
 from prefpipe.settings.build import to_mapping
@@ -45,8 +47,9 @@ def run(settings: GrpoSettings, args: argparse.Namespace) -> None:
 
 
 def _train_prompts(settings: GrpoSettings, data: str) -> tuple[list[dict], dict[str, int]]:
-    """The RL training prompts and the skipped-row counts; ConfigError when a reward needs answers they lack."""
-    rows, skipped = load_rl_prompts(Path(data) / "rl_prompts_train.jsonl")
+    """The RL training prompts (less the validation prompts) and the skipped-row counts; ConfigError when a
+    reward needs answers they lack."""
+    rows, skipped = training_rows(data, settings.validation_prompts)
     needs_answers = answer_reward_keys(settings.rewards)
     if needs_answers and not has_answers(rows):
         raise ConfigError(
@@ -68,6 +71,29 @@ def _rewards(
     return build_rewards(settings.rewards, reward_model)
 
 
+def _curve_rows(settings: GrpoSettings, args: argparse.Namespace) -> list[dict] | None:
+    """The learning curve's prompts (eval.split, its first eval.curve_prompts), or None when it is off."""
+    ev = settings.eval
+    if not ev.curve_every:
+        return None
+    rows, _ = evaluation_rows(args.data, ev.split, settings.validation_prompts, ev.curve_prompts)
+    return rows if has_answers(rows) else None
+
+
+def _facts(settings: GrpoSettings, args, rows: list[dict], skipped: dict, trainer: GRPOTrainer) -> dict:
+    """What summary.json says about the run beside the trainer's own summary."""
+    curve = trainer.curve
+    return {
+        "run": settings.run,
+        "prompts": len(rows),
+        "skipped_rows": skipped,
+        "policy_dir": "policy",
+        "reward_model": args.reward_model,
+        "reward_model_variant": settings.reward_model,
+        "curve": {"file": CURVE_FILE, "points": len(curve.points)} if curve else None,
+    }
+
+
 def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     out = Path(args.out)
     rows, skipped = _train_prompts(settings, args.data)
@@ -83,7 +109,19 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", settings_map) if dp.is_main else None
-    trainer = GRPOTrainer(settings, policy, tokenizer, lora_state, rows, rewards, out, record, run_fp, dp)
+    trainer = GRPOTrainer(
+        settings,
+        policy,
+        tokenizer,
+        lora_state,
+        rows,
+        rewards,
+        out,
+        record,
+        run_fp,
+        dp,
+        _curve_rows(settings, args),
+    )
     trainer.policy_source = str(args.policy)
     log.info(
         "run %s: %d prompts (%s skipped), policy %s (lora %s), reference %s",
@@ -103,16 +141,7 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     save_policy(policy, tokenizer, out / "policy", merge_lora=settings.save_merged)
     if not settings.keep_checkpoint and trainer.checkpoint_dir.exists():
         shutil.rmtree(trainer.checkpoint_dir)
-    summary.update(
-        {
-            "run": settings.run,
-            "prompts": len(rows),
-            "skipped_rows": skipped,
-            "policy_dir": "policy",
-            "reward_model": args.reward_model,
-            "reward_model_variant": settings.reward_model,
-        }
-    )
+    summary.update(_facts(settings, args, rows, skipped, trainer))
     record.finish(summary)
     dp.close()
     return summary

@@ -22,6 +22,7 @@ from prefpipe.common.io import write_jsonl
 from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo import diagnostics, inspect_step_save
+from prefpipe.grpo.curve import LearningCurve
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines import build_engine
 from prefpipe.grpo.hacking import overoptimisation
@@ -54,6 +55,7 @@ class GRPOTrainer:
         record: RunRecord | None = None,
         run_fingerprint: str = "",
         data_parallel: DataParallel | None = None,
+        curve_rows: list[dict] | None = None,
     ) -> None:
         self.settings, self.policy, self.tokenizer, self.rows, self.rewards = (
             settings,
@@ -84,6 +86,8 @@ class GRPOTrainer:
         self.ref_cache: dict[str, str] = {}
         self.policy_source: str | None = None  # the folder the policy started from (train.py sets it)
         self.stop = StopRequest()
+        # the held-out learning curve (grpo/curve.py): measured by the main process only
+        self.curve = LearningCurve(settings, curve_rows) if curve_rows and settings.eval.curve_every else None
 
     # ------------------------------------------------------------------------------------------ rollout
     def _lr(self, step: int) -> float:
@@ -183,7 +187,13 @@ class GRPOTrainer:
         return self.out_dir / "checkpoint"
 
     def _records(self) -> dict[str, Any]:
-        return {"metrics": self.metric_rows, "samples": self.sample_rows, "ref_cache": self.ref_cache}
+        curve = self.curve.points if self.curve else []
+        return {
+            "metrics": self.metric_rows,
+            "samples": self.sample_rows,
+            "ref_cache": self.ref_cache,
+            "curve": curve,
+        }
 
     def _save_checkpoint(self, next_step: int) -> None:
         if not self.dp.is_main:  # every process holds the same weights and optimizer state
@@ -200,6 +210,8 @@ class GRPOTrainer:
         step, records = restored
         self.metric_rows, self.sample_rows = records["metrics"], records["samples"]
         self.ref_cache = records.get("ref_cache", {})
+        if self.curve is not None:
+            self.curve.points = list(records.get("curve", []))
         if self.record is not None:
             for row in self.metric_rows:
                 self.record.log(**row)
@@ -214,6 +226,7 @@ class GRPOTrainer:
         if start:  # the checkpoint's weights replaced the ones the engine was built with
             self.engine.sync(self.policy, start - 1)
         bar = Progress(settings.steps, "GRPO", start=start, enabled=self.dp.is_main)
+        self._curve_point(start)
         with self.stop, bar:
             for step in range(start, settings.steps):
                 row, batch = self._step(step)
@@ -226,10 +239,28 @@ class GRPOTrainer:
                 )
                 if on_step_end is not None:
                     on_step_end(step, row)
+                self._curve_point(step + 1)
                 self._stop_or_checkpoint(step)
         if self.dp.is_main:
             write_jsonl(self.out_dir / "samples.jsonl", self.sample_rows)
+            # always written (empty when the curve is off): the workflow declares it
+            (self.curve or LearningCurve(settings, [])).write(self.out_dir)
         return self.summary(start)
+
+    def _curve_point(self, steps_done: int) -> None:
+        """The learning curve's point after `steps_done` updates, when one is due (main process only)."""
+        if self.curve is None or not self.dp.is_main or not self.curve.due(steps_done):
+            return
+        point = self.curve.measure(self.policy, self.tokenizer, steps_done)
+        self.curve.write(self.out_dir)
+        log.info(
+            "curve at step %d: greedy %.3f, sampled %.3f (%d prompts, %.1f s)",
+            steps_done,
+            point["greedy_accuracy"],
+            point["sampled_accuracy"],
+            point["n"],
+            point["eval_time"],
+        )
 
     def _step(self, step: int) -> tuple[dict[str, Any], StepBatch]:
         """One step: sample and score the batch, update the policy; the step's metrics row."""

@@ -28,12 +28,14 @@ LAYOUT = {
     "grpo": "grpo/{name}/summary.json",
     "grpo_metrics": "grpo/{name}/metrics.jsonl",
     "grpo_samples": "grpo/{name}/samples.jsonl",
+    "grpo_curve": "grpo/{name}/curve.jsonl",
     "policy_eval": "policy_eval/{name}/summary.json",
+    "policy_examples": "policy_eval/{name}/per_example.jsonl",
     "grpo_hypotheses": "grpo_hypotheses/summary.json",
     "ablation": "ablation/summary.json",
 }
 VARIANT_KINDS = ("reward", "reward_metrics", "eval")
-RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "policy_eval")
+RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "grpo_curve", "policy_eval", "policy_examples")
 
 
 @dataclass(frozen=True)

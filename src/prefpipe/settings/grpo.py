@@ -48,12 +48,18 @@ class PolicyEvalSettings:
     max_prompts: int | None  # null = every held-out prompt
     reward_batch_size: int
     kl_estimate: bool
+    split: str  # heldout | validation (prefpipe.grpo.splits)
+    curve_every: int  # 0 = no learning curve
+    curve_prompts: int | None
+    bootstrap_samples: int
+    confidence: float
 
 
 @dataclass
 class GrpoSettings(RunSettings):
     run: str
     steps: int
+    validation_prompts: int
     prompts_per_step: int
     num_generations: int
     max_prompt_length: int | None

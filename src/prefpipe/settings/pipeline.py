@@ -122,6 +122,9 @@ class PipelineSettings:
             hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
             _check_hypothesis_runs(hypotheses, list(grpo))
         ablation = _ablation(raw["ablation"], variants, declared, stage)
+        report = stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None
+        if report is not None:  # against the declared runs: an experiment may narrow some away (grpo.only)
+            report.policy_comparison.check(list(grpo_section["runs"]))
         return cls(
             raw=raw,
             data=data,
@@ -135,7 +138,7 @@ class PipelineSettings:
             ),
             grpo=grpo,
             ablation=ablation,
-            report=stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None,
+            report=report,
             hypotheses=hypotheses,
             accelerate_config=raw["launch"]["accelerate_config"],
             results_dir=results_dir(raw),
@@ -174,13 +177,15 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
 def _members(
     stage: Any, raw: dict[str, Any], cls: type[T], section: str, members: str, names: list[str], name_key: str
 ) -> dict[str, T]:
-    """Each member (variant / run) is the section's defaults deep-merged with its own entry."""
+    """Each member (variant / run) is the section's defaults deep-merged with its own entry. A member's own
+    `seed` (grpo runs) replaces the experiment's; null keeps the experiment's."""
     entries, defaults = raw[section][members], raw[section]["defaults"]
+    merged = {name: deep_merge(defaults, entries[name]) for name in names}
+    for entry in merged.values():
+        if "seed" in entry and entry["seed"] is None:
+            del entry["seed"]
     return {
-        name: stage(
-            cls, deep_merge(defaults, entries[name]), f"{section}.{members}.{name}", **{name_key: name}
-        )
-        for name in names
+        name: stage(cls, merged[name], f"{section}.{members}.{name}", **{name_key: name}) for name in names
     }
 
 

@@ -15,6 +15,39 @@ class AblationSettings:
     ignore_keys: list[str]
 
 
+@dataclass
+class PolicyComparisonSettings:
+    """Paired comparisons of GRPO runs (prefpipe.grpo.paired): arms pool the seeds of one setting; each
+    contrast [A, B] is A - B. A run in no arm is an arm of its own, under its own name."""
+
+    arms: dict[str, list[str]]
+    contrasts: list[list[str]]
+
+    def arm_runs(self, runs: list[str]) -> dict[str, list[str]]:
+        """{arm: its runs among `runs`}: the declared arms, then every other run as its own arm."""
+        arms = {name: [r for r in members if r in runs] for name, members in self.arms.items()}
+        grouped = {r for members in self.arms.values() for r in members}
+        arms |= {r: [r] for r in runs if r not in grouped}
+        return {name: members for name, members in arms.items() if members}
+
+    def check(self, runs: list[str]) -> None:
+        """Arms name trained runs and contrasts name arms or runs (a one-line error naming the key)."""
+        from prefpipe.common.config import ConfigError
+
+        for name, members in self.arms.items():
+            unknown = [r for r in members if r not in runs]
+            if unknown:
+                raise ConfigError(
+                    f"report.policy_comparison.arms.{name}: {unknown} are not GRPO runs ({runs})"
+                )
+        known = set(self.arms) | set(runs)
+        for i, pair in enumerate(self.contrasts):
+            if len(pair) != 2 or not set(pair) <= known:
+                raise ConfigError(
+                    f"report.policy_comparison.contrasts[{i}] = {pair}: name two arms or runs ({sorted(known)})"
+                )
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """When a GRPO metric counts as unhealthy (see grpo/health.py for how each one is applied)."""
@@ -45,3 +78,4 @@ class ReportSettings(RunSettings):
     smooth_window: int
     figure_dpi: int
     diagnostics: Thresholds
+    policy_comparison: PolicyComparisonSettings

@@ -11,6 +11,7 @@ from prefpipe.grpo.metric_names import REWARD_HACKING
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context, policy
+from prefpipe.report.sections.calibration import groups
 from prefpipe.report.stats import NA, num, pct, pts, wilson
 
 TITLE, ANCHOR = "Reward model vs verifier (reward hacking)", "hacking"
@@ -59,24 +60,55 @@ def _curves(ctx: Context) -> dict[str, dict]:
     return out
 
 
+def _first_last(block: dict, key: str, fmt) -> str:
+    """Mean of the first and of the last `window` steps of a per-step series (blocks written before the
+    series existed: NA)."""
+    series, w = block.get(key), int(block.get("window") or 1)
+    if not series:
+        return NA
+    return f"{fmt(sum(series[:w]) / len(series[:w]))} → {fmt(sum(series[-w:]) / len(series[-w:]))}"
+
+
+PANELS = (
+    ("Reward-model score (optimised reward part)", "rm_score"),
+    ("Verifier accuracy on training batches", "verifier_accuracy"),
+    ("RM gain (sd of its per-batch spread)", "rm_gain_sd_by_step"),
+    ("Verifier gain (sd of its per-batch spread)", "verifier_gain_sd_by_step"),
+    ("Completion length (mean tokens)", "completion_length"),
+    ("Truncated completions", "truncated_ratio"),
+)
+CAPTION = (
+    "Per training step: the reward-model part the policy is paid by and the verifier (optimised or not, per the "
+    "table), each also as its gain over its first steps in its own spread, beside the completion length and the "
+    "truncated share. RM gain running ahead of verifier gain while answers grow: hacking."
+)
+
+
+def _figure(ctx: Context, blocks: dict[str, dict], group: list[str], i: int) -> list:
+    """The per-step panels of at most plots.MAX_CURVES runs."""
+
+    def panel(title: str, key: str) -> tuple[str, list, bool]:
+        curves = [
+            plots.Curve(
+                r, pd.Series(blocks[r]["steps"]), pd.Series(blocks[r][key], dtype=float), ctx.colors[r]
+            )
+            for r in group
+            if blocks[r].get(key) is not None
+        ]
+        return title, curves, False
+
+    png = plots.curves(
+        [panel(title, key) for title, key in PANELS], ctx.settings.smooth_window, ctx.settings.figure_dpi
+    )
+    name = "overoptimisation" if i == 0 else f"overoptimisation_{i + 1}"
+    return ctx.figure(name, "Reward-model score vs verifier accuracy", png, f"{', '.join(group)}. {CAPTION}")
+
+
 def _overoptimisation(ctx: Context) -> list:
     blocks = _curves(ctx)
     if not blocks:
         return []
-    runs = list(blocks)[: plots.MAX_CURVES]
-
-    def curve(run: str, key: str) -> plots.Curve:
-        b = blocks[run]
-        return plots.Curve(run, pd.Series(b["steps"]), pd.Series(b[key], dtype=float), ctx.colors[run])
-
-    png = plots.curves(
-        [
-            ("Reward-model score (optimised reward part)", [curve(r, "rm_score") for r in runs], False),
-            ("Verifier accuracy on training batches", [curve(r, "verifier_accuracy") for r in runs], False),
-        ],
-        ctx.settings.smooth_window,
-        ctx.settings.figure_dpi,
-    )
+    figures = [f for i, g in enumerate(groups(list(blocks), [])) for f in _figure(ctx, blocks, g, i)]
     table = Table(
         "Over-optimisation gap (Gao et al.)",
         [
@@ -87,6 +119,8 @@ def _overoptimisation(ctx: Context) -> list:
             "RM gain (sd)",
             "Verifier gain (sd)",
             "Gap",
+            "Length first → last",
+            "Truncated first → last",
         ],
         [
             [
@@ -97,14 +131,15 @@ def _overoptimisation(ctx: Context) -> list:
                 num(b["rm_gain_sd"]),
                 num(b["verifier_gain_sd"]),
                 NA if b["gap"] is None else f"{b['gap']:+.3f}",
+                _first_last(b, "completion_length", num),
+                _first_last(b, "truncated_ratio", pct),
             ]
             for run, b in blocks.items()
         ],
         next(iter(blocks.values()))["definition"],
         anchor="overoptimisation",
     )
-    caption = "Per training step: the reward-model part the policy is paid by, and the verifier (never optimised here)."
-    return [*ctx.figure("overoptimisation", "Reward-model score vs verifier accuracy", png, caption), table]
+    return [*figures, table]
 
 
 def build(ctx: Context) -> Section | None:

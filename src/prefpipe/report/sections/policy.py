@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side
+from prefpipe.grpo import metric_names as gm
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
@@ -21,8 +22,17 @@ def change(ctx: Context, run: str, decoding: str) -> tuple[pd.Series, pd.Series,
     if base.empty or trained.empty:
         return None
     b, t = base.iloc[0], trained.iloc[0]
-    ci = diff_interval(t["accuracy"], (t["lo"], t["hi"]), b["accuracy"], (b["lo"], b["hi"]))
+    recorded = _paired_ci(ctx, run, decoding)
+    ci = recorded or diff_interval(t["accuracy"], (t["lo"], t["hi"]), b["accuracy"], (b["lo"], b["hi"]))
     return b, t, t["accuracy"] - b["accuracy"], ci
+
+
+def _paired_ci(ctx: Context, run: str, decoding: str) -> tuple[float, float] | None:
+    """The paired interval of trained - base eval_policy recorded (None for results written before it)."""
+    decodings = (ctx.tree.summary("policy_eval", run) or {}).get(gm.DECODINGS_KEY) or {}
+    block = ((decodings.get(decoding) or {}).get(gm.PAIRED)) or {}
+    ci = block.get("ci")
+    return (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
 
 
 # The words for where the interval of trained - base lies (common.stats.interval_side).
@@ -92,8 +102,9 @@ def build(ctx: Context) -> Section | None:
             "Held-out verifier accuracy, base vs trained",
             ["Run", "Decoding", "Base [95%]", "Trained [95%]", "Change [95%]", "Verdict", "Prompts"],
             rows,
-            "Accuracy intervals: Wilson, as recorded by eval_policy; change interval: normal approximation "
-            "from the two (base and trained answer the same prompts, so it is conservative).",
+            "Accuracy intervals: Wilson, as recorded by eval_policy; change interval: paired over prompts "
+            "(bootstrap, the paired-differences section), or for results recorded without it a normal "
+            "approximation from the two Wilson intervals (conservative: both answer the same prompts).",
             anchor="policy-table",
         )
     ]
