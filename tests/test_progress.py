@@ -4,6 +4,7 @@ rounded per-step line, due on the first and last step and every LINE_EVERY_S sec
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -23,6 +24,7 @@ class Clock:
 def clock(monkeypatch):
     fake = Clock()
     monkeypatch.setattr(progress_module.time, "monotonic", fake)
+    monkeypatch.setattr(progress_module, "HEARTBEAT_S", 0.0)  # the fake clock's jumps are not silences
     return fake
 
 
@@ -70,3 +72,19 @@ def test_batch_loop_yields_every_item_and_counts_batches(clock, caplog):
             clock.now += 1.0
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["scoring batch 1/4 1 batches/s eta 3s", "scoring batch 4/4 1 batches/s eta 0s"]
+
+
+def test_a_long_step_gets_still_on_lines_until_it_ends(caplog):
+    """Real time: a step longer than the heartbeat gets "still on" lines from the background thread, none
+    after close(), so a watched log is never silent for longer than the heartbeat."""
+    caplog.set_level(logging.INFO, logger="prefpipe.progress")
+    with Progress(3, "slow", heartbeat_s=0.2) as bar:
+        bar.step(loss=1.0)
+        time.sleep(0.7)  # one slow step
+        bar.step(loss=0.5)
+        bar.step(loss=0.25)
+    still = [r.getMessage() for r in caplog.records if "still on" in r.getMessage()]
+    assert still and all(m.startswith("slow still on step 2/3") for m in still), still
+    n = len(caplog.records)
+    time.sleep(0.4)
+    assert len(caplog.records) == n, "the heartbeat kept logging after close()"

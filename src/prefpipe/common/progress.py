@@ -5,6 +5,8 @@ so a log never stays silent for long. The bar writes to stderr, the stream each 
 file, and redraws at most every BAR_EVERY_S seconds; the line ("train_reward step 120/1200 loss 0.4321 lr 0.0019
 12.3 steps/s eta 1m28s") goes through `logging` on the first step, the last, and whenever LINE_EVERY_S seconds
 passed since the previous one: with steps shorter than that, at least one line every 2 * LINE_EVERY_S seconds.
+A step longer than HEARTBEAT_S (a slow step on a busy machine, a long first compile) gets a "still on step" line
+from a background thread every HEARTBEAT_S seconds, so a watched log is never silent for longer than that.
 The figures are for people only: the machine-readable record stays metrics.jsonl (prefpipe.common.run_record).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
@@ -22,6 +25,7 @@ log = logging.getLogger("prefpipe.progress")
 
 LINE_EVERY_S = 5.0
 BAR_EVERY_S = 2.0
+HEARTBEAT_S = 8.0
 BAR_COLUMNS = 160  # room for the bar and four rounded metrics
 T = TypeVar("T")
 
@@ -62,6 +66,7 @@ class Progress:
         start: int = 0,
         enabled: bool = True,
         line_every_s: float = LINE_EVERY_S,
+        heartbeat_s: float | None = None,
     ) -> None:
         self.total, self.label, self.unit, self.done = total, label, unit, start
         self.enabled = enabled and total > 0  # a loop of no steps (a head fit switched off) shows nothing
@@ -80,6 +85,19 @@ class Progress:
             ascii=True,
             disable=not self.enabled,
         )
+        self._closed = threading.Event()
+        every_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+        if self.enabled and every_s > 0:
+            threading.Thread(target=self._heartbeat, args=(every_s,), daemon=True).start()
+
+    def _heartbeat(self, every_s: float) -> None:
+        """A line whenever none was written for `every_s` seconds, until close()."""
+        while not self._closed.wait(every_s / 4):
+            quiet = time.monotonic() - self.last_line
+            if quiet >= every_s and self.done < self.total:
+                log.info("%s still on %s %d/%d (%s since the last line)", self.label, self.unit,
+                         self.done + 1, self.total, duration(quiet))  # fmt: skip
+                self.last_line = time.monotonic()
 
     def rate(self) -> float | None:
         """Units per second over this process's part of the loop (a resumed run counts from its start)."""
@@ -123,6 +141,7 @@ class Progress:
             self.last_line, self.lines = now, self.lines + 1
 
     def close(self) -> None:
+        self._closed.set()
         self.bar.close()
 
     def __enter__(self) -> Progress:
