@@ -5,6 +5,7 @@ computation). The vLLM engine itself: tests/test_grpo_vllm.py."""
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -102,3 +103,21 @@ def test_the_vllm_engine_refuses_data_parallel_processes_before_importing_vllm(t
         ValueError, match=r"grpo\.verifier\.rollout\.engine: vllm runs in one trainer process"
     ):
         build_engine(settings, None, None, tmp_path, processes=2)
+
+
+def test_vllm_engine_length_past_the_models_positions_is_allowed_with_a_warning(monkeypatch, caplog):
+    """The tiny catalog config asks for 128 prompt + 8 new tokens of a 128-position model: the trainer and the
+    plain engine run it (rotary positions extend), so the vLLM engine gets the same length and allows it (found by
+    running the train_grpo stage end to end with engine vllm), with a warning naming the keys."""
+    from prefpipe.grpo.engines.vllm_engine import _allow_model_len
+
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    policy = tiny_smollm2(chat_tokenizer())  # max_position_embeddings 256
+    fits = grpo_settings({"max_prompt_length": 200, "max_new_tokens": 56})
+    assert _allow_model_len(fits, policy) == 256
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" not in os.environ
+    longer = grpo_settings({"max_prompt_length": 250, "max_new_tokens": 16})
+    with caplog.at_level("WARNING"):
+        assert _allow_model_len(longer, policy) == 266
+    assert os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
+    assert "exceeds the policy's max_position_embeddings (256)" in caplog.text

@@ -58,6 +58,24 @@ def _retie_output_head(model: torch.nn.Module) -> None:
     head.quant_method.process_weights_after_loading(head)
 
 
+def _allow_model_len(settings: GrpoSettings, policy: torch.nn.Module) -> int:
+    """The engine's max_model_len: the longest prompt plus the new tokens, as the trainer sees them. vLLM refuses
+    a length past the model's max_position_embeddings; the trainer and the plain engine run such a model there
+    (rotary positions extend), so the engine is allowed to as well, with a warning naming the keys (a run on
+    positions the model never trained on is the user's call, and the same on every engine)."""
+    wanted = (settings.max_prompt_length or 512) + settings.max_new_tokens
+    limit = getattr(policy.config, "max_position_embeddings", None)
+    if limit is not None and wanted > limit:
+        log.warning(
+            "grpo max_prompt_length + max_new_tokens = %d exceeds the policy's max_position_embeddings (%d): "
+            "the vLLM engine is allowed the longer length (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), as the trainer is",
+            wanted,
+            limit,
+        )
+        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    return wanted
+
+
 class VllmEngine:
     def __init__(self, settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the model object stays reachable
@@ -75,13 +93,14 @@ class VllmEngine:
         )
         self.last_probe: torch.Tensor | None = None
         self.pad_id = pad_token_id(tokenizer)
+        max_len = _allow_model_len(settings, policy)
         self.llm = LLM(
             model=str(_engine_config_dir(policy, Path(work_dir))),
             load_format="dummy",
             skip_tokenizer_init=True,  # prompts go in as token ids; the trainer's tokenizer decodes
             generation_config="vllm",  # no sampling defaults from the model's generation_config.json
             dtype=settings.dtype,
-            max_model_len=(settings.max_prompt_length or 512) + settings.max_new_tokens,
+            max_model_len=max_len,
             gpu_memory_utilization=self.r.gpu_memory_utilization,
             enforce_eager=not on_cuda,
             enable_prefix_caching=True,
