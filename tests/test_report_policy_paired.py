@@ -33,7 +33,7 @@ def tree(tmp_path_factory):
             train(folders, results / "grpo" / run, seed=seed, learning_rate=lr)
             evaluate(folders, results / "grpo" / run / "policy", results / "policy_eval" / run, seed=seed)
     runs = [r for members in ARMS.values() for r in members]
-    return read_tree(results, Manifest.standard([], runs), "main", strict=True)
+    return read_tree(results, Manifest.standard([], runs, []), "main", strict=True)
 
 
 def _ctx(tree) -> Context:
