@@ -13,8 +13,15 @@ from support.families import FAMILIES, family_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from prefpipe.common.chat import conversation, format_pair, format_pairs, format_prompt, reply_end
+from prefpipe.common.chat import history as history_of
+from prefpipe.common.io import write_jsonl
 from prefpipe.data.normalize import normalize_row, parse_transcript
+from prefpipe.data.sources import read_pairs as read_source_pairs
+from prefpipe.evaluation.bench_data import HELDOUT, load_benchmark
+from prefpipe.generation.rl_prompts import load_rl_prompts
+from prefpipe.generation.tokens import tokenize_prompts
 from prefpipe.reward.collate import PairEncoder
+from prefpipe.reward.pairs import read_pairs
 
 # Real rows with at least two human turns (three for the harmless one), roles alternating.
 ROWS = {
@@ -126,3 +133,53 @@ def test_parse_transcript_refuses_what_is_not_a_human_led_history():
     assert parse_transcript("What is 2+2?") is None
     assert parse_transcript("Human: hi\n\nAssistant: hello") is None  # ends on the assistant: not a history
     assert parse_transcript("Human: hi") == [{"role": "user", "content": "hi"}]
+    doubled = parse_transcript("Human: hi\n\nHuman: there?\n\nAssistant: yes\n\nHuman: ok")
+    assert [t["role"] for t in doubled] == ["user", "assistant", "user"]  # roles alternate, as templates need
+    assert doubled[0]["content"] == "hi\n\nthere?"
+
+
+def test_every_real_hh_history_alternates(shared_data):
+    for name in ("hh_rlhf_helpful_test.jsonl", "hh_rlhf_harmless_test.jsonl", "hh_rlhf_helpful_train.jsonl"):
+        for line in (shared_data / name).open():
+            turns = parse_transcript(json.loads(line)["prompt"])
+            assert turns is not None and turns[0]["role"] == "user" and turns[-1]["role"] == "user"
+            assert all(a["role"] != b["role"] for a, b in zip(turns, turns[1:], strict=False))
+
+
+def test_messages_travel_from_the_source_file_to_reward_inputs_and_benchmarks(shared_data, tmp_path):
+    """The data stage's reader on the real HH file, its pairs file, the reward trainer's reader and the
+    benchmark loader all keep the turns, and the reward input is still the template's own rendering."""
+    hh = shared_data / "hh_rlhf_helpful_test.jsonl"
+    rows, _ = read_source_pairs("jsonl", str(hh), "train", "auto", "error", "hh", max_rows=40)
+    multi = [r for r in rows if "messages" in r and len(r["messages"]) >= 3]
+    assert multi and all(r["messages"] == parse_transcript(r["prompt"]) for r in rows if "messages" in r)
+    write_jsonl(tmp_path / "pairs_test.jsonl", rows)
+    pairs, _ = read_pairs(tmp_path / "pairs_test.jsonl")
+    bench, _ = load_benchmark("hh", HELDOUT, tmp_path, "test", "error")
+    tok = family_tokenizer(FAMILIES["gemma2"])
+    for pair, row, bench_row in zip(pairs, rows, bench, strict=True):
+        assert pair.prompt == conversation(row) and conversation(bench_row) == conversation(row)
+        full = history_of(pair.prompt) + [{"role": "assistant", "content": pair.chosen}]
+        assert (
+            format_pair(tok, pair.prompt, pair.chosen)
+            == tok.apply_chat_template(full, tokenize=False).rstrip()
+        )
+
+
+def test_grpo_prompts_keep_their_turns(shared_data, tmp_path):
+    """An RL prompt file row with turns (as the data stage writes HH prompts) reaches the policy as the
+    template's generation prompt over those turns, not over the flattened transcript."""
+    line = next(iter((shared_data / "hh_rlhf_helpful_test.jsonl").open()))
+    prompt = json.loads(line)["prompt"]
+    row = {"id": "p1", "prompt": prompt, "kind": "none", "messages": parse_transcript(prompt)}
+    write_jsonl(tmp_path / "rl.jsonl", [row, {"id": "p2", "prompt": "Say yes.", "kind": "none"}])
+    rows, _ = load_rl_prompts(tmp_path / "rl.jsonl")
+    assert rows[0]["messages"] == row["messages"] and "messages" not in rows[1]
+    tok = family_tokenizer(FAMILIES["llama"])
+    tok.pad_token = tok.eos_token
+    batch = tokenize_prompts(tok, [conversation(r) for r in rows], None)
+    want = tok.apply_chat_template(
+        row["messages"], tokenize=True, add_generation_prompt=True, return_dict=True
+    )
+    got = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
+    assert got == list(want["input_ids"])

@@ -35,15 +35,20 @@ def split_transcript(transcript: str) -> tuple[str, str]:
 def parse_transcript(text: str) -> list[Message] | None:
     """An HH "Human: ...\\n\\nAssistant: ..." history as chat messages, or None when `text` is not one (it must
     start with "Human:" and end on a human turn; a trailing empty "Assistant:" marker, as in the verbatim HH
-    prompts, is dropped). Each turn loses only the single space after its label."""
+    prompts, is dropped). Each turn loses only the single space after its label; two turns in a row from one
+    speaker (a few HH rows) become one turn joined by the blank line between them, as chat templates that
+    require alternating roles (Gemma, Llama 2) would otherwise refuse the row."""
     body = "\n\n" + text.lstrip("\n")
     if not body.startswith("\n\nHuman:"):
         return None
     parts = _HH_TURN.split(body)  # ["", label, content, label, content, ...]
-    turns = [
-        {"role": _HH_ROLES[label], "content": content.removeprefix(" ")}
-        for label, content in zip(parts[1::2], parts[2::2], strict=True)
-    ]
+    turns: list[Message] = []
+    for label, content in zip(parts[1::2], parts[2::2], strict=True):
+        role, content = _HH_ROLES[label], content.removeprefix(" ")
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + content
+        else:
+            turns.append({"role": role, "content": content})
     if turns[-1]["role"] == "assistant" and not turns[-1]["content"].strip():
         turns.pop()
     if not turns or turns[-1]["role"] != "user":
