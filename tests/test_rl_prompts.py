@@ -267,6 +267,14 @@ def test_prompts_without_answers_from_hh_prompts(tmp_path):
     cfg = data_settings(answerless, grpo={"enabled": False})
     rows_train, rows_heldout, _ = load_rl_prompt_rows(cfg.prompts, "error", cfg.seed)
     assert rows_train == [
-        {"id": "h1", "prompt": "\n\nHuman: Hi!\n\nAssistant:", "answer": None, "aliases": [], "kind": "none"}
+        {
+            "id": "h1",
+            "prompt": "\n\nHuman: Hi!\n\nAssistant:",
+            "answer": None,
+            "aliases": [],
+            "kind": "none",
+            "messages": [{"role": "user", "content": "Hi!"}],  # the policy reads the turn, not the transcript
+        }
     ]
     assert rows_heldout[0]["answer"] is None
+    assert rows_heldout[0]["messages"] == [{"role": "user", "content": "How do I bake bread?"}]

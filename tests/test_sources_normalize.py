@@ -49,6 +49,10 @@ def test_hh_row_splits_both_transcripts_and_keeps_the_shared_prompt():
     row = {"chosen": hh(MULTI_TURN, "12."), "rejected": hh(MULTI_TURN, "I don't know."), "subset": "math"}
     pair = normalize_row(row, "hh", "default")
     assert pair["prompt"] == MULTI_TURN.strip()
+    assert pair["messages"] == msgs(
+        ("user", "What is 2+2?"), ("assistant", "4."), ("user", "And times 3?"),
+        ("assistant", "Do you mean (2+2)*3?"), ("user", "Yes."),
+    )  # fmt: skip
     assert (pair["chosen"], pair["rejected"], pair["subset"]) == ("12.", "I don't know.", "math")
 
 
@@ -60,6 +64,7 @@ def test_hh_format_accepts_rows_that_are_already_split():
         "chosen": "hello",
         "rejected": "go away",
         "subset": "hh-set",
+        "messages": [{"role": "user", "content": "hi"}],  # the transcript's one human turn, without its label
     }
 
 
@@ -82,6 +87,7 @@ def test_messages_single_user_turn_is_the_prompt():
         "rejected": msgs(("user", "Name a colour."), ("assistant", "Seven.")),
     }
     pair = normalize_row(row, "messages", "sky")
+    assert "messages" not in pair  # one plain user turn: the prompt says it all (files read as before)
     assert (pair["prompt"], pair["chosen"], pair["rejected"], pair["subset"]) == (
         "Name a colour.",
         "Blue.",
@@ -104,6 +110,7 @@ def test_messages_multi_turn_history_becomes_a_transcript():
     pair = normalize_row(row, "messages", "default")
     expected = "System: Be brief.\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: Capital of France?"
     assert pair["prompt"] == expected
+    assert pair["messages"] == msgs(*history)  # the history itself, for the chat template
     assert history_to_prompt([("user", "only")]) == "only"
     assert (pair["chosen"], pair["rejected"]) == ("Paris.", "Rome.")
 

@@ -1,31 +1,77 @@
-"""One way to turn (prompt, response) into model text, shared by SFT, reward models, evaluation and GRPO.
+"""One way to turn (conversation, response) into model text, shared by SFT, reward models, evaluation and GRPO.
 
 Reward scores and policy log-probs are only comparable across stages when every stage formats text the same
-way, so no stage builds its own strings: chat models get their tokenizer's chat template; tokenizers without
-one get a plain "prompt\n\nresponse" layout. A response ends the way the template ends an assistant turn
-(`reply_end`): Gemma's <end_of_turn>, Phi-3's <|end|> then <|endoftext|>, the EOS token elsewhere.
+way, so no stage builds its own strings. A conversation is a plain prompt string (one user turn) or a list of
+{"role", "content"} messages (the history before the reply, see `conversation`). Chat models get their
+tokenizer's chat template: a reward input is the template's rendering of history + the assistant's reply
+(`format_pairs`); tokenizers without one get the plain layout "history\\n\\nresponse" + EOS (`plain_history`).
+A response ends the way the template ends an assistant turn (`reply_end`): Gemma's <end_of_turn>, Phi-3's
+<|end|> then <|endoftext|>, the EOS token elsewhere.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 PLAIN_SEPARATOR = "\n\n"
 REPLY_PROBE = "@@prefpipe-reply@@"  # stands for the reply when the template renders a finished turn
+# Plain-layout role labels (the HH-RLHF transcript layout): how a history reads without a chat template.
+ROLE_LABELS = {"system": "System", "user": "Human", "assistant": "Assistant"}
 _REPLY_ENDS: dict[tuple[str, str | None], str | None] = {}
+_PREFIX_WARNED: set[str] = set()
+log = logging.getLogger(__name__)
+
+Message = dict[str, str]
+Conversation = str | list[Message]  # a plain string is one user turn
 
 
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def format_prompt(tokenizer: Any, prompt: str) -> str:
+def conversation(row: dict) -> Conversation:
+    """A row's history before the reply: its `messages` list where it has one, else its plain `prompt`."""
+    messages = row.get("messages")
+    return messages if messages else row["prompt"]
+
+
+def is_messages(value: object) -> bool:
+    """Whether `value` is a usable history: a non-empty list of {"role", "content"} text messages whose roles
+    are ROLE_LABELS' and whose last turn is the user's (a `messages` field as the data stage writes it)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, dict) and m.get("role") in ROLE_LABELS and isinstance(m.get("content"), str)
+            for m in value
+        )
+        and value[-1]["role"] == "user"
+    )
+
+
+def history(prompt: Conversation) -> list[Message]:
+    """The conversation as chat messages: a plain prompt is one user turn."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def plain_history(prompt: Conversation) -> str:
+    """The plain (no chat template) text of a conversation: one user turn is its text; a longer history is the
+    HH transcript "Human: ...\\n\\nAssistant: ...\\n\\nHuman: ..." (ROLE_LABELS)."""
+    turns = history(prompt)
+    if len(turns) == 1 and turns[0]["role"] == "user":
+        return turns[0]["content"]
+    return PLAIN_SEPARATOR.join(f"{ROLE_LABELS[m['role']]}: {m['content']}" for m in turns)
+
+
+def format_prompt(tokenizer: Any, prompt: Conversation) -> str:
     """Text a policy is conditioned on before it generates (ends where the response starts)."""
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-    return prompt + PLAIN_SEPARATOR
+        return tokenizer.apply_chat_template(history(prompt), tokenize=False, add_generation_prompt=True)
+    return plain_history(prompt) + PLAIN_SEPARATOR
 
 
 def reply_end(tokenizer: Any) -> str | None:
@@ -51,32 +97,52 @@ def reply_end(tokenizer: Any) -> str | None:
     return _REPLY_ENDS[key]
 
 
-def format_pair(tokenizer: Any, prompt: str, response: str, add_eos: bool = True) -> str:
-    """Prompt and response as one sequence; the response ends as the model ends a reply (`reply_end`), so
-    last-token pooling reads the end of the turn."""
-    text = format_prompt(tokenizer, prompt) + response
-    end = reply_end(tokenizer) if add_eos else None
-    if end and not text.endswith(end):
-        text += end
-    return text
+def _ended(text: str, end: str | None) -> str:
+    return text + end if end and not text.endswith(end) else text
+
+
+def _template_turn(tokenizer: Any, prompt: Conversation, head: str, response: str, end: str | None) -> str:
+    """The template's own rendering of history + [assistant reply], up to the end of that turn (whitespace the
+    template writes after the turn end is dropped: last-token pooling reads the turn-end token). A template
+    whose rendering does not start with its generation prompt `head` (it renders the history differently once
+    the reply is there) gets head + response + end instead, so a pair's two inputs still share their prefix."""
+    turns = history(prompt) + [{"role": "assistant", "content": response}]
+    full = tokenizer.apply_chat_template(turns, tokenize=False)
+    if not full.startswith(head):
+        if tokenizer.chat_template not in _PREFIX_WARNED:
+            _PREFIX_WARNED.add(tokenizer.chat_template)
+            log.warning("chat template renders the history differently after a reply; using prompt + reply")
+        return _ended(head + response, end)
+    stripped = full.rstrip()
+    return stripped if end and stripped.endswith(end) else _ended(full, end)
+
+
+def format_pair(tokenizer: Any, prompt: Conversation, response: str, add_eos: bool = True) -> str:
+    """Conversation and response as one sequence (a reward input, an SFT row); see format_pairs."""
+    return format_pairs(tokenizer, [prompt], [response], add_eos)[1][0]
 
 
 def format_pairs(
-    tokenizer: Any, prompts: list[str], responses: list[str], add_eos: bool = True
+    tokenizer: Any, prompts: list[Conversation], responses: list[str], add_eos: bool = True
 ) -> tuple[list[str], list[str]]:
-    """format_pair for many rows, rendering each distinct prompt once (the chat template is Jinja, slow per
-    call). Returns the formatted prompts and the formatted pairs, row by row; the same strings as format_prompt
-    and format_pair."""
+    """Formatted prompts (format_prompt) and formatted pairs, row by row, each distinct prompt rendered once.
+
+    With a chat template and add_eos, a pair is the template's rendering of the whole conversation, the reply
+    as the final assistant turn, ending at the turn end (`_template_turn`); it starts with the formatted
+    prompt, so two responses to one conversation share the identical prefix. Without a template (or without
+    add_eos: text a policy continues), it is the formatted prompt + response (+ `reply_end`)."""
     rendered: dict[str, str] = {}
     end = reply_end(tokenizer) if add_eos else None
+    templated = add_eos and has_chat_template(tokenizer)
     heads, texts = [], []
     for prompt, response in zip(prompts, responses, strict=True):
-        head = rendered.get(prompt)
+        key = prompt if isinstance(prompt, str) else json.dumps(prompt)
+        head = rendered.get(key)
         if head is None:
-            head = rendered[prompt] = format_prompt(tokenizer, prompt)
-        text = head + response
-        if end and not text.endswith(end):
-            text += end
+            head = rendered[key] = format_prompt(tokenizer, prompt)
+        if templated:
+            texts.append(_template_turn(tokenizer, prompt, head, response, end))
+        else:
+            texts.append(_ended(head + response, end))
         heads.append(head)
-        texts.append(text)
     return heads, texts

@@ -1,7 +1,9 @@
 """One normalisation for every external preference source: RewardBench rows, HH-RLHF transcripts, chat messages.
 
 Every source ends up as {"id", "prompt", "chosen", "rejected", "subset"} strings, so reward training and
-RewardBench evaluation never care where a pair came from. A row that cannot become a clean pair raises BadRow
+RewardBench evaluation never care where a pair came from; a pair whose history is more than one plain user turn
+also keeps it as `messages`, a list of {"role", "content"} turns (HH "Human:/Assistant:" transcripts parsed,
+message-list sources kept), which chat templates render (prefpipe.common.chat.conversation). A row that cannot become a clean pair raises BadRow
 with one reason from BAD_REASONS; `normalize_records` then drops it (counted by reason) or stops with an error
 naming the file, the row and the reason. Reading files is not done here (see prefpipe.data.sources).
 """
@@ -16,7 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prefpipe.common.chat import ROLE_LABELS, Message, plain_history
 from prefpipe.common.config import DataError
+from prefpipe.data.hh_transcript import ASSISTANT_MARK, TranscriptError, parse_transcript, split_transcript
 
 FORMATS = ("rewardbench", "hh", "messages")
 BAD_ROW_MODES = ("drop", "error")
@@ -29,9 +33,9 @@ BAD_REASONS = (
     "chosen_equals_rejected",  # nothing to prefer
 )
 TEXT_FIELDS = ("prompt", "chosen", "rejected")
-ASSISTANT_MARK = "\n\nAssistant:"
-# Message roles and their transcript labels (the HH-RLHF layout the rest of the project already uses).
-ROLE_LABELS = {"system": "System", "user": "Human", "assistant": "Assistant"}
+Pair = tuple[
+    str, list[Message] | None, str, str
+]  # prompt, messages (None: the prompt is one user turn), replies
 
 
 class BadRow(DataError):
@@ -73,40 +77,31 @@ def _strings(row: dict, keys: tuple[str, ...]) -> list[str]:
     return values
 
 
-def pair_from_flat(row: dict) -> tuple[str, str, str]:
-    """RewardBench layout (and already-split HH rows): prompt, chosen and rejected are plain strings."""
+def pair_from_flat(row: dict) -> Pair:
+    """RewardBench layout (and already-split HH rows): prompt, chosen and rejected are plain strings; a prompt
+    that is an HH transcript is kept as messages too (parse_transcript)."""
     prompt, chosen, rejected = _strings(row, TEXT_FIELDS)
-    return prompt, chosen, rejected
+    return prompt, parse_transcript(prompt), chosen, rejected
 
 
-def split_transcript(transcript: str) -> tuple[str, str]:
-    """Split an HH transcript at its LAST assistant turn into (earlier dialogue, final assistant reply).
-
-    The dialogue keeps its "Human: ... \\n\\nAssistant: ..." turns without the transcript's leading blank
-    lines; the reply loses only the single space that follows "Assistant:".
-    """
-    cut = transcript.rfind(ASSISTANT_MARK)
-    if cut < 0:
-        raise BadRow("unrecognised_shape", "transcript has no '\\n\\nAssistant:' turn")
-    reply = transcript[cut + len(ASSISTANT_MARK) :]
-    return transcript[:cut].strip(), reply.removeprefix(" ")
-
-
-def pair_from_hh(row: dict) -> tuple[str, str, str]:
+def pair_from_hh(row: dict) -> Pair:
     """HH-RLHF rows: two whole transcripts sharing every turn but the last; rows with a prompt are flat."""
     if row.get("prompt") is not None:
         return pair_from_flat(row)
     chosen_text, rejected_text = _strings(row, ("chosen", "rejected"))
-    prompt, chosen = split_transcript(chosen_text)
-    rejected_prompt, rejected = split_transcript(rejected_text)
+    try:
+        prompt, chosen = split_transcript(chosen_text)
+        rejected_prompt, rejected = split_transcript(rejected_text)
+    except TranscriptError as err:
+        raise BadRow("unrecognised_shape", str(err)) from None
     if prompt != rejected_prompt:
         raise BadRow(
             "prompt_mismatch", "chosen and rejected transcripts differ before the last Assistant turn"
         )
-    return prompt, chosen, rejected
+    return prompt, parse_transcript(prompt), chosen, rejected
 
 
-def _messages(row: dict, key: str) -> list[tuple[str, str]]:
+def _messages(row: dict, key: str) -> list[Message]:
     value = row[key]
     if not isinstance(value, list):
         raise BadRow("unrecognised_shape", f"{key!r} is a {type(value).__name__}, expected a message list")
@@ -121,39 +116,37 @@ def _messages(row: dict, key: str) -> list[tuple[str, str]]:
             raise BadRow(
                 "unrecognised_shape", f"{key}[{i}] has role {role!r}, expected one of {list(ROLE_LABELS)}"
             )
-        messages.append((role, message["content"]))
-    if messages[-1][0] != "assistant":
+        messages.append({"role": role, "content": message["content"]})
+    if messages[-1]["role"] != "assistant":
         raise BadRow(
             "unrecognised_shape",
-            f"the last message of {key!r} is from {messages[-1][0]!r}, not the assistant",
+            f"the last message of {key!r} is from {messages[-1]['role']!r}, not the assistant",
         )
     return messages
 
 
 def history_to_prompt(history: list[tuple[str, str]]) -> str:
     """One user turn is the prompt itself; longer histories become a "Human: ...\\n\\nAssistant: ..." transcript."""
-    if len(history) == 1 and history[0][0] == "user":
-        return history[0][1]
-    return "\n\n".join(f"{ROLE_LABELS[role]}: {content}" for role, content in history)
+    return plain_history([{"role": role, "content": content} for role, content in history])
 
 
-def pair_from_messages(row: dict) -> tuple[str, str, str]:
+def pair_from_messages(row: dict) -> Pair:
     """Skywork / UltraFeedback rows: chosen and rejected are whole conversations ending in the assistant reply.
 
-    Lists that hold only the reply (no earlier turns) take the prompt from the row's "prompt" field.
+    The history is kept as messages, and flattened into the prompt text (plain_history). Lists that hold only
+    the reply (no earlier turns) take the prompt from the row's "prompt" field.
     """
     _require(row, ("chosen", "rejected"))
     chosen, rejected = _messages(row, "chosen"), _messages(row, "rejected")
     if chosen[:-1] != rejected[:-1]:
         raise BadRow("prompt_mismatch", "chosen and rejected conversations differ before the final reply")
     if chosen[:-1]:
-        prompt = history_to_prompt(chosen[:-1])
-    else:
-        (prompt,) = _strings(row, ("prompt",))
-    return prompt, chosen[-1][1], rejected[-1][1]
+        return plain_history(chosen[:-1]), chosen[:-1], chosen[-1]["content"], rejected[-1]["content"]
+    (prompt,) = _strings(row, ("prompt",))
+    return prompt, None, chosen[-1]["content"], rejected[-1]["content"]
 
 
-PAIR_READERS: dict[str, Callable[[dict], tuple[str, str, str]]] = {
+PAIR_READERS: dict[str, Callable[[dict], Pair]] = {
     "rewardbench": pair_from_flat,
     "hh": pair_from_hh,
     "messages": pair_from_messages,
@@ -205,24 +198,28 @@ def _given_id(row: dict) -> str | None:
     return None
 
 
-def normalize_row(row: Any, fmt: str, subset_name: str) -> dict[str, str]:
-    """One raw row in `fmt` -> a pair in the project schema, or BadRow."""
+def normalize_row(row: Any, fmt: str, subset_name: str) -> dict[str, Any]:
+    """One raw row in `fmt` -> a pair in the project schema (`messages` only where the history is more than
+    one plain user turn, so single-turn pairs read as before), or BadRow."""
     if not isinstance(row, dict):
         raise BadRow("unrecognised_shape", f"a row must be an object, got {type(row).__name__}")
-    prompt, chosen, rejected = PAIR_READERS[fmt](row)
+    prompt, messages, chosen, rejected = PAIR_READERS[fmt](row)
     for name, text in zip(TEXT_FIELDS, (prompt, chosen, rejected), strict=True):
         if not text.strip():
             raise BadRow("empty_field", f"{name!r} is empty after splitting off the final reply")
     if chosen.strip() == rejected.strip():
         raise BadRow("chosen_equals_rejected", "chosen and rejected are the same text")
     subset = row.get("subset")
-    return {
+    pair: dict[str, Any] = {
         "id": _given_id(row) or content_id(prompt, chosen, rejected),
         "prompt": prompt,
         "chosen": chosen,
         "rejected": rejected,
         "subset": subset if isinstance(subset, str) and subset.strip() else subset_name,
     }
+    if messages is not None and messages != [{"role": "user", "content": prompt}]:
+        pair["messages"] = messages
+    return pair
 
 
 def make_ids_unique(rows: list[dict]) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from prefpipe.common.config import DataError
 from prefpipe.data.answers import normalize_number
 from prefpipe.data.calculator_steps import DERIVERS
+from prefpipe.data.hh_transcript import parse_transcript
 from prefpipe.data.normalize import RawRecord
 from prefpipe.data.sources import open_records
 from prefpipe.data.verifier import check_verifier
@@ -59,6 +60,10 @@ def _row(settings: PromptSourceSettings, value: Any, number: int, split: str) ->
         raise BadPrompt("missing_prompt", f"no non-empty {settings.prompt_field!r} field")
     row_id = value.get(settings.id_field) if settings.id_field else None
     row: dict[str, Any] = {"id": f"{split}-{number}" if row_id is None else str(row_id), "prompt": prompt}
+    if (messages := parse_transcript(prompt)) is not None and messages != [
+        {"role": "user", "content": prompt}
+    ]:
+        row["messages"] = messages  # an HH transcript prompt: the policy sees its turns (as reward pairs do)
     if settings.derive is not None:
         row[settings.solution_field] = value.get(settings.solution_field)
         return row
@@ -135,9 +140,18 @@ def _finish(settings: PromptSourceSettings, rows: list[dict]) -> list[dict]:
             "answer": r.get("answer"),
             "aliases": r.get("aliases", []),
             "kind": kind,
+            **_with_suffix(r.get("messages"), suffix),
         }
         for r in rows
     ]
+
+
+def _with_suffix(messages: list[dict] | None, suffix: str) -> dict:
+    """{"messages": ...} with the instruction appended to the last (user) turn, as it is to the prompt."""
+    if not messages:
+        return {}
+    last = messages[-1] | {"content": messages[-1]["content"] + suffix}
+    return {"messages": [*messages[:-1], last]}
 
 
 def load_rl_prompt_rows(

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.chat import is_messages
 from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
 from prefpipe.data.normalize import make_ids_unique
@@ -248,6 +249,7 @@ def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str) -> tuple[
                 "chosen": row["chosen"],
                 "rejected": row["rejected"],
                 "subset": subset,
+                **({"messages": row["messages"]} if is_messages(row.get("messages")) else {}),
                 # the uncertainty world's per-pair fields, where recorded (the uncertainty block's targets)
                 **{k: row[k] for k in PAIR_FIELDS if row.get(k) is not None},
             }

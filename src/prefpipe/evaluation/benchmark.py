@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from prefpipe.common.chat import conversation
 from prefpipe.common.io import atomic_file
 from prefpipe.data.pair_length import response_length
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
@@ -101,7 +102,7 @@ def evaluate_rows(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Score `rows` with `model`; return the per-example frame and the summary dict for this benchmark
     (`uncertainty`: the bootstrap of its uncertainty block; None = no block)."""
-    prompts = [r["prompt"] for r in rows]
+    prompts = [conversation(r) for r in rows]
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
     before = truncation_counter(model)
@@ -359,7 +360,7 @@ def evaluate_rewardbench2(
     summary.update(summarize_rows(rows, scores, tie_credit))
     summary["pooled_accuracy"] = summary["pairwise_accuracy"]
     summary["batch_size"] = batch_size
-    prompts = [p["prompt"] for p in pairs]
+    prompts = [conversation(p) for p in pairs]
     summary[TRUNCATION_KEY] = truncation_report(
         model,
         before,

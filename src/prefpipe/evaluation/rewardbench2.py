@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from prefpipe.common.chat import conversation
 from prefpipe.common.config import DataError
 from prefpipe.evaluation.accuracy_summary import subset_entry
 from prefpipe.evaluation.pair_scoring import PairScorer, PairScores, encode_sequences, scalar_rewards
@@ -73,7 +74,7 @@ def score_options(model: PairScorer, rows: Sequence[dict], batch_size: int) -> O
     for row in rows:
         options = list(row["chosen"]) + list(row["rejected"])
         offsets.append((len(responses), len(options)))
-        prompts.extend([row["prompt"]] * len(options))
+        prompts.extend([conversation(row)] * len(options))
         responses.extend(options)
     start = time.perf_counter()
     encoded, batches = encode_sequences(model, prompts, responses, batch_size)

@@ -10,6 +10,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from prefpipe.common.chat import is_messages
 from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
 from prefpipe.settings.data import NO_VERIFIER
@@ -49,6 +50,7 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
             {
                 "id": row_id,
                 "prompt": row["prompt"],
+                **({"messages": row["messages"]} if is_messages(row.get("messages")) else {}),
                 "answer": answer,
                 "aliases": [str(a) for a in aliases],
                 "kind": str(row["kind"]),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefpipe.common.chat import conversation
 from prefpipe.grpo.metric_names import DECODINGS
 from prefpipe.grpo.policy_measures import complete, decoding_settings, verifier_scores
 from prefpipe.settings.grpo import GrpoSettings
@@ -47,7 +48,7 @@ class LearningCurve:
     def measure(self, policy, tokenizer, steps_done: int) -> dict[str, Any]:
         """Decode the curve's prompts with the policy as it is now (eval mode, then back) and add the point."""
         s, t0 = self.settings, time.perf_counter()
-        prompts = [r["prompt"] for r in self.rows]
+        prompts = [conversation(r) for r in self.rows]
         point: dict[str, Any] = {"step": steps_done, "split": s.eval.split, "n": len(self.rows)}
         was_training = policy.training
         policy.eval()

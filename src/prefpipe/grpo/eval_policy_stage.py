@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from prefpipe.common.chat import conversation
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
@@ -93,7 +94,7 @@ def _compare_block(
 def _reward_model_block(
     rm, rows: list[dict], base_texts: list[str], trained_texts: list[str], batch_size: int
 ) -> dict[str, Any]:
-    prompts = [r["prompt"] for r in rows]
+    prompts = [conversation(r) for r in rows]
     enc_base = rm.encode(prompts, base_texts, batch_size=batch_size)
     enc_trained = rm.encode(prompts, trained_texts, batch_size=batch_size)
     score, var = rm.compare(enc_trained, enc_base)
@@ -202,7 +203,7 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         "base": load_for_inference(args.base, run_settings.device),
         "trained": load_for_inference(args.policy, run_settings.device),
     }
-    prompts = [r["prompt"] for r in rows]
+    prompts = [conversation(r) for r in rows]
     graded = has_answers(rows)
     comps = _decode_all(run_settings, policies, prompts)
     decodings = {

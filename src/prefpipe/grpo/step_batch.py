@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from prefpipe.common.chat import conversation
 from prefpipe.grpo import diagnostics
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.data_parallel import DataParallel
@@ -48,7 +49,7 @@ def reward_inputs(
     """The reward functions' view of a rollout: each prompt's fields repeated for its G completions."""
     G = group_size
     return RewardInputs(
-        prompts=[r["prompt"] for r in rows for _ in range(G)],
+        prompts=[conversation(r) for r in rows for _ in range(G)],
         completions=rollout.texts,
         answers=[r["answer"] for r in rows for _ in range(G)],
         kinds=[r["kind"] for r in rows for _ in range(G)],

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from prefpipe.common.chat import conversation
 from prefpipe.common.interrupts import StageInterrupted, StopRequest
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.progress import Progress
@@ -106,7 +107,7 @@ class GRPOTrainer:
                 out = generate(
                     model,
                     self.tokenizer,
-                    [r["prompt"] for r in todo],
+                    [conversation(r) for r in todo],
                     1,
                     greedy,
                     self.settings.max_prompt_length,
@@ -126,7 +127,7 @@ class GRPOTrainer:
         rows = rows[share]
         uniforms = uniforms[share.start * G : share.stop * G]
         t0 = time.perf_counter()
-        prompts = [r["prompt"] for r in rows]
+        prompts = [conversation(r) for r in rows]
         rollout = self.engine.generate(
             self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step
         )

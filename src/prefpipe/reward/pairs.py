@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefpipe.common.chat import Conversation, conversation, is_messages
 from prefpipe.common.checkpoint import content_digest
 from prefpipe.common.config import DataError
 from prefpipe.common.io import iter_jsonl
@@ -22,7 +23,7 @@ REQUIRED = ("prompt", "chosen", "rejected")
 @dataclass(frozen=True)
 class Pair:
     id: str
-    prompt: str
+    prompt: Conversation  # the row's messages where it has them, else its prompt (common.chat.conversation)
     chosen: str
     rejected: str
     subset: str
@@ -42,6 +43,10 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
                 raise DataError(f"{where}: missing field {key!r} (needs {', '.join(REQUIRED)})")
             if not isinstance(row[key], str):
                 raise DataError(f"{where}: field {key!r} must be a string, got {type(row[key]).__name__}")
+        if row.get("messages") is not None and not is_messages(row["messages"]):
+            raise DataError(
+                f"{where}: field 'messages' must be a list of role/content turns ending with the user's"
+            )
         if not row["chosen"].strip() or not row["rejected"].strip():
             skipped["empty_response"] += 1
             continue
@@ -51,7 +56,7 @@ def read_pairs(path: str | os.PathLike, default_subset: str = "all") -> tuple[li
         pairs.append(
             Pair(
                 str(row.get("id", f"{path.stem}-{line_no}")),
-                row["prompt"],
+                conversation(row),
                 row["chosen"],
                 row["rejected"],
                 str(row.get("subset") or default_subset),

@@ -1,0 +1,185 @@
+"""Conversations end to end (issue 36, item 1): real multi-turn HH-RLHF rows become role/content histories, and a
+reward input is each family's own chat-template rendering of history + the assistant's reply, checked against
+`tokenizer.apply_chat_template` of the whole conversation (text and token ids) for ChatML (Qwen2, Qwen3),
+Llama 3, Gemma 2/3, Mistral and Phi-3 templates (tests/support/families.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.families import FAMILIES, family_tokenizer
+from transformers import PreTrainedTokenizerFast
+
+from prefpipe.common.chat import conversation, format_pair, format_pairs, format_prompt, reply_end
+from prefpipe.common.chat import history as history_of
+from prefpipe.common.io import write_jsonl
+from prefpipe.data.normalize import normalize_row, parse_transcript
+from prefpipe.data.sources import read_pairs as read_source_pairs
+from prefpipe.evaluation.bench_data import HELDOUT, load_benchmark
+from prefpipe.generation.rl_prompts import load_rl_prompts
+from prefpipe.generation.tokens import tokenize_prompts
+from prefpipe.reward.collate import PairEncoder
+from prefpipe.reward.pairs import read_pairs
+
+# Real rows with at least two human turns (three for the harmless one), roles alternating.
+ROWS = {
+    "hh_rlhf_helpful_test.jsonl": ("hh-helpful-test-976", "hh-helpful-test-1597"),
+    "hh_rlhf_harmless_test.jsonl": ("hh-harmless-test-1918",),
+}
+
+
+def real_pairs(data: Path) -> list[dict]:
+    pairs = []
+    for name, ids in ROWS.items():
+        path = data / name
+        wanted = {
+            json.loads(line)["id"]: json.loads(line) for line in path.open() if any(i in line for i in ids)
+        }
+        pairs += [normalize_row(wanted[i], "hh", "hh") for i in ids]
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def pairs(shared_data: Path) -> list[dict]:
+    return real_pairs(shared_data)
+
+
+def test_real_hh_rows_keep_their_turns(pairs):
+    for pair in pairs:
+        turns = pair["messages"]
+        assert sum(t["role"] == "user" for t in turns) >= 2
+        assert [t["role"] for t in turns] == ["user", "assistant"] * (len(turns) // 2) + ["user"]
+        # every turn's text is in the flattened prompt, which stays as it was (ids and overlap checks read it)
+        assert all(t["content"] in pair["prompt"] for t in turns)
+        assert "Human:" not in "".join(t["content"] for t in turns)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_reward_input_is_the_templates_own_rendering(name, pairs):
+    tok = family_tokenizer(FAMILIES[name])
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token  # as prefpipe.reward.backbone does
+    encoder = PairEncoder(tok, max_length=4096, padding_side="right")
+    end = reply_end(tok)
+    for pair in pairs:
+        history = conversation(pair)
+        head = format_prompt(tok, history)
+        assert head == tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+        # the padded reply: templates that trim a turn (Llama 3, Gemma) render it otherwise than prompt + reply
+        responses = (pair["chosen"], pair["rejected"], f" {pair['chosen']}\n")
+        rows = encoder.tokenize_batch([history] * len(responses), list(responses))
+        for response, row in zip(responses, rows, strict=True):
+            full = history + [{"role": "assistant", "content": response}]
+            expected = tok.apply_chat_template(full, tokenize=False)
+            text = format_pair(tok, history, response)
+            # the template's text up to the end of the reply's turn; only whitespace after the turn end is left
+            assert text == expected.rstrip() and text.endswith(end)
+            assert text.startswith(head)  # the identical prefix both sides of the pair share
+            expected_ids = list(tok.apply_chat_template(full, tokenize=True, return_dict=True)["input_ids"])
+            assert row.input_ids == expected_ids[: len(row.input_ids)]
+            assert tok.decode(expected_ids[len(row.input_ids) :]).strip() == ""
+            head_ids = tok(head, add_special_tokens=False)["input_ids"]
+            assert row.input_ids[: len(head_ids)] == head_ids and row.prompt_len == len(head_ids)
+    if name == "llama":  # a template that writes nothing after the turn end: the whole rendering, exactly
+        history = conversation(pairs[0])
+        full = history + [{"role": "assistant", "content": pairs[0]["chosen"]}]
+        assert format_pair(tok, history, pairs[0]["chosen"]) == tok.apply_chat_template(full, tokenize=False)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_single_turn_inputs_are_the_prompt_part_plus_reply(name):
+    """A plain prompt is one user turn, and its reward input is what it was before conversations: the formatted
+    prompt + response + the turn end (so single-turn data, like the synthetic run's, reads the same text)."""
+    tok = family_tokenizer(FAMILIES[name])
+    for prompt, response in (("What is 2 plus 3?", "The answer is 5."), ("Choose a move.", "rock")):
+        assert format_pair(tok, prompt, response) == format_prompt(tok, prompt) + response + reply_end(tok)
+        as_messages = [{"role": "user", "content": prompt}]
+        assert format_pair(tok, as_messages, response) == format_pair(tok, prompt, response)
+
+
+def test_template_that_renders_history_differently_keeps_a_shared_prefix():
+    """A template that writes something before the history only once the reply is there: its rendering would
+    not start with the generation prompt, so the input falls back to prompt part + reply + turn end."""
+    tok = family_tokenizer(FAMILIES["qwen3"])
+    tok.chat_template = (
+        "{% if messages[-1]['role'] == 'assistant' %}<|im_start|>system\nanswered<|im_end|>\n{% endif %}"
+        + tok.chat_template
+    )
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]
+    history.append({"role": "user", "content": "Say yes."})
+    heads, texts = format_pairs(tok, [history, history], ["yes", "no"])
+    assert heads[0] == heads[1] and all(t.startswith(heads[0]) for t in texts)
+    assert texts == [heads[0] + "yes<|im_end|>", heads[0] + "no<|im_end|>"]
+
+
+def test_plain_form_without_a_template():
+    tok = family_tokenizer(FAMILIES["qwen3"])
+    tok.chat_template = None
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    history = parse_transcript("\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: Say yes.\n\nAssistant:")
+    assert history == [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Say yes."},
+    ]
+    text = format_pair(tok, history, "yes")
+    assert text == "Human: Hi\n\nAssistant: Hello!\n\nHuman: Say yes.\n\nyes" + tok.eos_token
+    assert format_pair(tok, "Say yes.", "yes") == "Say yes.\n\nyes" + tok.eos_token  # one turn: as before
+
+
+def test_parse_transcript_refuses_what_is_not_a_human_led_history():
+    assert parse_transcript("What is 2+2?") is None
+    assert parse_transcript("Human: hi\n\nAssistant: hello") is None  # ends on the assistant: not a history
+    assert parse_transcript("Human: hi") == [{"role": "user", "content": "hi"}]
+    doubled = parse_transcript("Human: hi\n\nHuman: there?\n\nAssistant: yes\n\nHuman: ok")
+    assert [t["role"] for t in doubled] == ["user", "assistant", "user"]  # roles alternate, as templates need
+    assert doubled[0]["content"] == "hi\n\nthere?"
+
+
+def test_every_real_hh_history_alternates(shared_data):
+    for name in ("hh_rlhf_helpful_test.jsonl", "hh_rlhf_harmless_test.jsonl", "hh_rlhf_helpful_train.jsonl"):
+        for line in (shared_data / name).open():
+            turns = parse_transcript(json.loads(line)["prompt"])
+            assert turns is not None and turns[0]["role"] == "user" and turns[-1]["role"] == "user"
+            assert all(a["role"] != b["role"] for a, b in zip(turns, turns[1:], strict=False))
+
+
+def test_messages_travel_from_the_source_file_to_reward_inputs_and_benchmarks(shared_data, tmp_path):
+    """The data stage's reader on the real HH file, its pairs file, the reward trainer's reader and the
+    benchmark loader all keep the turns, and the reward input is still the template's own rendering."""
+    hh = shared_data / "hh_rlhf_helpful_test.jsonl"
+    rows, _ = read_source_pairs("jsonl", str(hh), "train", "auto", "error", "hh", max_rows=40)
+    multi = [r for r in rows if "messages" in r and len(r["messages"]) >= 3]
+    assert multi and all(r["messages"] == parse_transcript(r["prompt"]) for r in rows if "messages" in r)
+    write_jsonl(tmp_path / "pairs_test.jsonl", rows)
+    pairs, _ = read_pairs(tmp_path / "pairs_test.jsonl")
+    bench, _ = load_benchmark("hh", HELDOUT, tmp_path, "test", "error")
+    tok = family_tokenizer(FAMILIES["gemma2"])
+    for pair, row, bench_row in zip(pairs, rows, bench, strict=True):
+        assert pair.prompt == conversation(row) and conversation(bench_row) == conversation(row)
+        full = history_of(pair.prompt) + [{"role": "assistant", "content": pair.chosen}]
+        assert (
+            format_pair(tok, pair.prompt, pair.chosen)
+            == tok.apply_chat_template(full, tokenize=False).rstrip()
+        )
+
+
+def test_grpo_prompts_keep_their_turns(shared_data, tmp_path):
+    """An RL prompt file row with turns (as the data stage writes HH prompts) reaches the policy as the
+    template's generation prompt over those turns, not over the flattened transcript."""
+    line = next(iter((shared_data / "hh_rlhf_helpful_test.jsonl").open()))
+    prompt = json.loads(line)["prompt"]
+    row = {"id": "p1", "prompt": prompt, "kind": "none", "messages": parse_transcript(prompt)}
+    write_jsonl(tmp_path / "rl.jsonl", [row, {"id": "p2", "prompt": "Say yes.", "kind": "none"}])
+    rows, _ = load_rl_prompts(tmp_path / "rl.jsonl")
+    assert rows[0]["messages"] == row["messages"] and "messages" not in rows[1]
+    tok = family_tokenizer(FAMILIES["llama"])
+    tok.pad_token = tok.eos_token
+    batch = tokenize_prompts(tok, [conversation(r) for r in rows], None)
+    want = tok.apply_chat_template(
+        row["messages"], tokenize=True, add_generation_prompt=True, return_dict=True
+    )
+    got = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
+    assert got == list(want["input_ids"])
