@@ -14,6 +14,7 @@ from support.rows import rps_pairs
 
 from prefpipe.reward import head_fit
 from prefpipe.reward.head_fit import CachedFeatures
+from prefpipe.reward.heads.disentangle import pair_lengths
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +31,12 @@ def test_the_fitted_loss_is_the_loss_of_the_models_own_forward(tiny_base, head):
     chosen = rm.encoder.tokenize_many(prompts, [r["chosen"] for r in rows])
     rejected = rm.encoder.tokenize_many(prompts, [r["rejected"] for r in rows])
     step = 7  # a Bayesian head's KL weight is the warm-up weight at this step (kl_warmup_steps 2: full)
-    metrics = head_fit.fit_stage(rm, settings, (chosen, rejected), 30, step, True, "test")
+    lengths = pair_lengths([r["chosen"] for r in rows], [r["rejected"] for r in rows])
+    metrics = head_fit.fit_stage(rm, settings, (chosen, rejected), lengths, 30, step, True, "test")
     assert metrics["steps"] == 30 and metrics["pairs"] == len(rows)
     assert metrics["loss_end"] < metrics["loss_start"]
     norm = rm.head.input_norm  # set from the features of every training response (chosen and rejected)
-    feats = head_fit.cache_features(rm, chosen, rejected, batch_size=5)
+    feats = head_fit.cache_features(rm, chosen, rejected, lengths, batch_size=5)
     torch.testing.assert_close(norm.mean, feats.pooled.mean(0))
     torch.testing.assert_close(norm.inv_sd, 1 / feats.pooled.std(0))
 
@@ -60,7 +62,9 @@ def test_full_batch_fitting_of_a_bt_head_descends_to_the_logistic_regression_opt
         -(chosen - rejected) @ w_true
     )  # noisy labels: a finite optimum
     chosen[flip], rejected[flip] = rejected[flip].clone(), chosen[flip].clone()
-    feats = CachedFeatures(torch.cat([chosen, rejected]), torch.randn(2 * n, hidden, generator=g))
+    feats = CachedFeatures(
+        torch.cat([chosen, rejected]), torch.randn(2 * n, hidden, generator=g), torch.zeros(2, n)
+    )
     rm.head.input_norm.fit(feats.pooled)
 
     # Independent optimum: L-BFGS in float64 on mean softplus(-(w . (z_c - z_r)) / tau), z standardised.
@@ -92,7 +96,9 @@ def test_the_cosine_schedule_is_adam_at_half_cosine_learning_rates(tiny_base):
     g = torch.Generator().manual_seed(3)
     n, width = 24, rm.spec.head_input_size
     feats = CachedFeatures(
-        torch.randn(2 * n, width, generator=g), torch.randn(2 * n, rm.spec.hidden_size, generator=g)
+        torch.randn(2 * n, width, generator=g),
+        torch.randn(2 * n, rm.spec.hidden_size, generator=g),
+        torch.zeros(2, n),
     )
     rm.head.input_norm.fit(feats.pooled)
     start = {k: v.clone() for k, v in rm.head.state_dict().items()}

@@ -19,6 +19,7 @@ import torch
 
 from prefpipe.common.progress import Progress, progress
 from prefpipe.reward.collate import TokenizedRow
+from prefpipe.reward.heads.disentangle import split_pairs
 from prefpipe.reward.losses import LossParts
 from prefpipe.reward.model import RewardModel
 from prefpipe.settings.reward import RewardSettings
@@ -32,6 +33,7 @@ class CachedFeatures:
 
     pooled: torch.Tensor  # (2n, head_input_size), before standardisation
     prompt: torch.Tensor  # (2n, H)
+    lengths: torch.Tensor  # (2, n): the responses' lengths (disentangle.pair_lengths), for a length head
 
     @property
     def n(self) -> int:
@@ -40,7 +42,11 @@ class CachedFeatures:
 
 @torch.no_grad()
 def cache_features(
-    rm: RewardModel, chosen: list[TokenizedRow], rejected: list[TokenizedRow], batch_size: int
+    rm: RewardModel,
+    chosen: list[TokenizedRow],
+    rejected: list[TokenizedRow],
+    lengths: torch.Tensor,
+    batch_size: int,
 ) -> CachedFeatures:
     """One eval-mode forward of the backbone over every pair (rows sorted by length: less padding)."""
     was_training = rm.training
@@ -57,14 +63,13 @@ def cache_features(
     rm.train(was_training)
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-    return CachedFeatures(torch.cat(pooled)[inverse], torch.cat(prompt)[inverse])
+    return CachedFeatures(torch.cat(pooled)[inverse], torch.cat(prompt)[inverse], lengths)
 
 
 def pair_loss(rm: RewardModel, feats: CachedFeatures, step: int) -> LossParts:
     """The head's training loss over all cached pairs (train or eval mode, as the head is)."""
     out = rm.score_features(feats.pooled, feats.prompt)
-    n = feats.n
-    return rm.head.loss({k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step)
+    return rm.head.loss(*split_pairs(out, feats.lengths), step)
 
 
 def _evaluate(rm: RewardModel, feats: CachedFeatures, step: int) -> tuple[float, float]:
@@ -128,17 +133,18 @@ def fit_stage(
     rm: RewardModel,
     settings: RewardSettings,
     rows: tuple[list[TokenizedRow], list[TokenizedRow]],
+    lengths: torch.Tensor,
     steps: int,
     step: int,
     standardize: bool,
     name: str,
 ) -> dict[str, Any]:
-    """Cache features, set the standardisation buffers when asked (head.standardize, once, before training),
-    fit the head for `steps` steps at optimizer step `step`; log and return the metrics."""
+    """Cache features (with the pairs' response `lengths` (2, n), for a length head), set the standardisation
+    buffers when asked (head.standardize, once, before training), fit the head for `steps` steps at optimizer step `step`; log and return the metrics."""
     t0 = time.time()
     # The training micro-batch size (part of the run's fingerprint), not eval.batch_size: batch composition moves
     # features by float rounding, which 1000 Adam steps amplify, so a resumed run must batch exactly alike.
-    feats = cache_features(rm, rows[0], rows[1], settings.train.micro_batch_size)
+    feats = cache_features(rm, rows[0], rows[1], lengths, settings.train.micro_batch_size)
     seconds = round(time.time() - t0, 3)
     if standardize:
         rm.head.input_norm.fit(feats.pooled)

@@ -225,7 +225,7 @@ class RewardModel(nn.Module):
         head = self.head if head is None else head
         dtype = next(head.parameters()).dtype
         with torch.autocast(device_type=pooled.device.type, enabled=False):
-            out = head(head.standardize(pooled.to(dtype)), h_prompt.to(dtype))
+            out = head.encode_features(head.standardize(pooled.to(dtype)), h_prompt.to(dtype))
         return {k: v.float() for k, v in out.items()}
 
     def forward(

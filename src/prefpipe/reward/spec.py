@@ -12,7 +12,7 @@ from typing import Any
 
 from prefpipe.common.chat import has_chat_template, reply_end
 from prefpipe.reward import likelihood
-from prefpipe.settings.reward import BayesSettings, HeadSettings
+from prefpipe.settings.reward import BayesSettings, HeadSettings, LengthHeadSettings
 
 HEAD_CONFIG = "head_config.json"
 HEAD_WEIGHTS = "head.safetensors"
@@ -70,8 +70,14 @@ class ModelSpec:
         bayes = head.pop("bayes", None)
         if bayes is not None:
             bayes["logvar_clamp"] = tuple(bayes["logvar_clamp"])
+        length = head.pop("length_head", None)  # absent in folders saved before length heads
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "head" and k in data}
-        spec = cls(head=HeadSettings(**head, bayes=BayesSettings(**bayes) if bayes else None), **fields)
+        head_settings = HeadSettings(
+            **head,
+            bayes=BayesSettings(**bayes) if bayes else None,
+            length_head=LengthHeadSettings(**length) if length else None,
+        )
+        spec = cls(head=head_settings, **fields)
         if data.get("head_input_size", spec.head_input_size) != spec.head_input_size:
             raise ValueError(
                 f"{HEAD_CONFIG}: head_input_size {data['head_input_size']} does not match hidden_size "

@@ -29,6 +29,7 @@ from prefpipe.common.progress import Progress
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.fast import shared_prompt
+from prefpipe.reward.heads.disentangle import pair_lengths, split_pairs
 from prefpipe.reward.metrics import ACCURACY, GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, LOSS, STEP, SUMMED
 from prefpipe.reward.network import RewardModel
 from prefpipe.reward.pairs import Pair
@@ -105,6 +106,7 @@ class RewardTrainer:
         self.log_fn = log_fn
         self.on_step_end = on_step_end
         self.steps = total_steps(settings, len(pairs))
+        self.lengths = pair_lengths([p.chosen for p in pairs], [p.rejected for p in pairs])  # (2, N)
         # Stored with every checkpoint; a rerun with another config or other inputs refuses to resume.
         self.fingerprint = ckpt.fingerprint(settings.to_dict(), inputs, ignore=BOOKKEEPING)
         self._perms: dict[int, list[int]] = {}
@@ -181,9 +183,7 @@ class RewardTrainer:
             batch = self._micro_batch([chosen[i] for i in micro], [rejected[i] for i in micro])
             with acc.accumulate(model):
                 out = model(**to_device(batch, acc.device))
-                parts = self.rm.head.loss(
-                    {k: v[:n] for k, v in out.items()}, {k: v[n:] for k, v in out.items()}, step
-                )
+                parts = self.rm.head.loss(*split_pairs(out, self.lengths[:, micro]), step)
                 acc.backward(parts.loss)
                 if acc.sync_gradients:
                     head_norm = head_grad_norm(acc.unwrap_model(model))
@@ -279,7 +279,8 @@ class RewardTrainer:
         if self.acc.is_main_process:
             rm = self.rm if when == "before" else self.acc.unwrap_model(self.prepared_model)
             step = 0 if when == "before" else self.steps
-            self.head_fit[when] = head_fit.fit_stage(rm, s, rows, steps, step, standardize, when)
+            fit = head_fit.fit_stage(rm, s, rows, self.lengths, steps, step, standardize, when)
+            self.head_fit[when] = fit
         self.acc.wait_for_everyone()
 
     def train(self) -> TrainResult:

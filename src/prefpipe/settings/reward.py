@@ -32,6 +32,16 @@ class BayesSettings:
 
 
 @dataclass
+class LengthHeadSettings:
+    """A length head beside the head (ODIN, prefpipe.reward.heads.disentangle): trained, never scored."""
+
+    enabled: bool
+    length_weight: float  # lambda_L on 1 - rho(r_L, length): the length head follows length
+    decorrelation_weight: float  # weight on |rho(quality, length)|: the scored head does not
+    orthogonal_weight: float  # lambda_O on mean |cos(w_i, w_L)| over the head's projection rows
+
+
+@dataclass
 class HeadSettings:
     type: str
     dim: int  # embedding size 2k for gpm/bgpm (must be even)
@@ -40,6 +50,7 @@ class HeadSettings:
     gate: bool
     standardize: bool  # standardise the head's input with mean/sd over the training responses (head buffers)
     bayes: BayesSettings | None  # null only in model folders saved before every head carried it
+    length_head: LengthHeadSettings | None  # null only in model folders saved before length heads existed
 
 
 @dataclass

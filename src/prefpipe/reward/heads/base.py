@@ -7,6 +7,10 @@ ask the head (`head.compare(...)`, `head.scalar_reward`, `head.bayesian`) and ne
 A head is built with its settings (`build_head` sets `head.settings`), so the settings-dependent parts are
 plain methods: `head.loss(out_c, out_r, step)` and `head.preference_prob(enc_a, enc_b)`. Scoring needs only
 encodings (`score`, `compare`, `training_score`, `rewards` are classmethods).
+
+Any head may carry a length head (`head.length_head.enabled`, ODIN; prefpipe.reward.heads.disentangle): `build_head`
+attaches it, `encode_features` adds its `length_reward`, `loss` adds its term to the training score and its
+penalties to the head's own `ranking_loss`; scoring never reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from torch import nn
 
 # The heads' check_settings raise through `require`: ConfigError naming the dotted key.
 from prefpipe.common.config import require  # noqa: F401
+from prefpipe.reward.heads import disentangle
 from prefpipe.reward.losses import LossParts, preference_nll
 
 if TYPE_CHECKING:
@@ -77,6 +82,23 @@ class RewardHead(nn.Module, ABC):
     def forward(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
         """Encoding of each response (keys include `encoding_keys`; train mode may add e.g. samples)."""
 
+    def encode_features(self, h: torch.Tensor, h_prompt: torch.Tensor) -> Encoding:
+        """forward() of standardised features, plus the length head's `length_reward` when there is one."""
+        out = self(h, h_prompt)
+        length_head = self.length_head_module()
+        if length_head is not None:
+            out[disentangle.LENGTH_REWARD_KEY] = length_head(h)
+        return out
+
+    def length_head_module(self) -> disentangle.LengthHead | None:
+        """The length head `build_head` attached (head.length_head.enabled), else None."""
+        return self._modules.get("length_head")  # type: ignore[return-value]
+
+    def projection_rows(self) -> torch.Tensor:
+        """The rows of the linear map from features to what the head scores (the length head's orthogonality
+        penalty reads them). A head without them cannot carry a length head (check_head_settings says so)."""
+        raise NotImplementedError(f"the {self.head_type!r} head does not expose its projection rows")
+
     # ---------------------------------------------------------------- scoring
     @classmethod
     @abstractmethod
@@ -128,8 +150,26 @@ class RewardHead(nn.Module, ABC):
         """The s(c > r) the loss uses, from train-mode head outputs of the chosen and rejected halves."""
 
     def loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
-        """Loss of one micro-batch at optimizer step `step`: preference NLL, no regulariser by default."""
+        """Loss of one micro-batch at optimizer step `step`: the head's `ranking_loss`, plus the length head's
+        penalties when it has one (their math: prefpipe.reward.heads.disentangle)."""
+        parts = self.ranking_loss(out_c, out_r, step)
+        if self.length_head_module() is None:
+            return parts
+        penalty = disentangle.length_penalty(self, out_c, out_r, self.settings.length_head)
+        parts.loss = parts.loss + penalty
+        return parts
+
+    def pair_training_score(self, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
+        """`training_score` plus r_L(c) - r_L(r) when a length head is attached (trained, never scored)."""
         score = self.training_score(out_c, out_r)
+        if disentangle.LENGTH_REWARD_KEY in out_c:
+            key = disentangle.LENGTH_REWARD_KEY
+            score = score + out_c[key] - out_r[key]
+        return score
+
+    def ranking_loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+        """The head's own loss: preference NLL of the pair training score, no regulariser by default."""
+        score = self.pair_training_score(out_c, out_r)
         pref = preference_nll(score, self.settings.tau)
         zero = pref.new_zeros(())
         detached = score.detach()

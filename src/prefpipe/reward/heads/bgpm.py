@@ -101,9 +101,13 @@ class BayesianGPMHead(GPMHead):
         key = "sample" if "sample" in out_c else "mean"
         return gpm_score(out_c[key], out_r[key], gate)
 
-    def loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
+    def projection_rows(self) -> torch.Tensor:
+        """The mean half of the value head (what the score reads)."""
+        return self.value_head.weight[: self.dim]
+
+    def ranking_loss(self, out_c: Encoding, out_r: Encoding, step: int) -> LossParts:
         """Preference NLL on posterior samples + beta(step) * (KL_c + KL_r) to the N(0, prior_variance) prior."""
-        parts = super().loss(out_c, out_r, step)
+        parts = super().ranking_loss(out_c, out_r, step)
         bayes: BayesSettings = self.settings.bayes  # type: ignore[assignment]
         beta = kl_beta(step, bayes.kl_warmup_steps, bayes.max_kl_weight)
         kl = (

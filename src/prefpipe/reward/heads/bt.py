@@ -33,6 +33,9 @@ class BTHead(RewardHead):
     def score(cls, enc_a: Encoding, enc_b: Encoding) -> tuple[torch.Tensor, torch.Tensor | None]:
         return enc_a["reward"] - enc_b["reward"], None
 
+    def projection_rows(self) -> torch.Tensor:
+        return self.value_head.weight
+
     @classmethod
     def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
         return out_c["reward"] - out_r["reward"]

@@ -62,6 +62,9 @@ class GPMHead(RewardHead):
         gate = pair_gate(enc_a["gate"], enc_b["gate"])
         return gpm_score(enc_a["embedding"], enc_b["embedding"], gate), None
 
+    def projection_rows(self) -> torch.Tensor:
+        return self.value_head.weight
+
     @classmethod
     def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
         gate = pair_gate(out_c.get("gate"), out_r.get("gate"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.reward.heads.base import Encoding, RewardHead, Standardize
+from prefpipe.reward.heads.disentangle import LengthHead
 from prefpipe.reward.heads.facts import HEAD_FACTS
 
 if TYPE_CHECKING:
@@ -52,20 +53,31 @@ def get_head_class(name: str) -> type[RewardHead]:
 def check_head_settings(settings: HeadSettings) -> None:
     """What the schema cannot say about `head.*`: the type is registered and the head accepts its keys
     (`RewardHead.check_settings`); ConfigError naming the key relative to the variant (`head.type`, ...)."""
-    get_head_class(settings.type).check_settings(settings)
+    cls = get_head_class(settings.type)
+    cls.check_settings(settings)
+    length = settings.length_head
+    if length is not None and length.enabled and cls.projection_rows is RewardHead.projection_rows:
+        raise ConfigError(
+            f"head.length_head.enabled: the {settings.type!r} head does not expose its projection rows "
+            "(RewardHead.projection_rows), which the length head's orthogonality penalty needs"
+        )
 
 
 def build_head(settings: HeadSettings, input_size: int, prompt_size: int) -> RewardHead:
     """A fresh head of type `settings.type` reading features of width `input_size` and prompt states of width
-    `prompt_size`; with head.standardize it carries the (identity until fitted) `input_norm` buffers."""
+    `prompt_size`; with head.standardize it carries the (identity until fitted) `input_norm` buffers, with
+    head.length_head.enabled a `length_head` (prefpipe.reward.heads.disentangle)."""
     head = get_head_class(settings.type).from_settings(settings, input_size, prompt_size)
     head.settings = settings  # the head owns its settings: loss and preference_prob read them
     if settings.standardize:
         head.input_norm = Standardize(input_size)
+    if settings.length_head is not None and settings.length_head.enabled:
+        check_head_settings(settings)
+        head.length_head = LengthHead(input_size)  # ODIN: trained beside the head, never scored
     return head
 
 
-NOT_HEADS = ("base", "facts", "registry")  # the package's modules that define no head
+NOT_HEADS = ("base", "disentangle", "facts", "registry")  # the package's modules that define no head
 
 
 def _import_heads() -> None:

@@ -1,0 +1,129 @@
+"""Length-disentangled training (ODIN: Chen et al., "ODIN: Disentangled Reward Mitigates Hacking in RLHF",
+ICML 2024) for any registered head: an option (`head.length_head`), not a head type.
+
+ODIN, as its paper and its authors' code (Lichang-Chen/ODIN `two_head_rw.py` + `step2-reward-modeling/main.py`,
+RLHFlow `odin/gemma_two_head.py`) define it, for a BT model with a quality head r_Q = w_Q.h and a length head
+r_L = w_L.h on the same features h:
+    ranking    L_R = -log sigmoid((r(c) - r(r)) / tau),  r = r_Q + r_L            (the sum is trained)
+    length     L_L = (1 - rho(r_L, L)) + |rho(r_Q, L)|                            (rho: Pearson over the
+               batch's responses, chosen and rejected together; L = response length)
+    orthogonal L_O = |<w_Q, w_L>| / (|w_Q| |w_L|)
+    total      L_R + lambda_L L_L + lambda_O L_O;  scoring (and RL) use r_Q only.
+The authors' first code also adds |rho(r_Q + r_L, L)| at the same weight; RLHFlow's script does not, nor
+does this. ODIN uses one weight for both correlation terms (1 in RLHFlow's script); here `length_weight` weighs
+1 - rho(r_L, L) and `decorrelation_weight` weighs |rho(quality, L)| (equal weights are ODIN). ODIN's code
+centres the weight rows before normalising; this is the plain cosine. ODIN all-gathers the batch across GPUs;
+here rho runs over each process's micro-batch (2 x train.micro_batch_size responses), and over all pairs in a
+full-batch head fit. L is the response length in characters (prefpipe.data.pair_length, the measure every
+length figure of the evaluation uses; ODIN counts tokens; Pearson is unchanged by the scale).
+
+Pairwise heads (GPM, Bayesian GPM) have no per-response reward, so the same idea takes this form:
+- the length head is the same scalar r_L = w_L.h, and its term enters the pair's training score:
+  s_train(c > r) = s(c > r | x) + r_L(c) - r_L(r). A length preference is transitive and scalar, so a BT term
+  carries all of it; the skew-symmetric GPM part is then free to spend its capacity on the rest. At scoring
+  the term is dropped: s = s(c > r | x), as for BT.
+- the decorrelation acts on what the head scores, the pair score s_i = s(c_i > r_i) (the posterior mean's for
+  the Bayesian GPM), against the length difference d_i = L(c_i) - L(r_i): rho_pair = sum s d / sqrt(sum s^2
+  sum d^2), the Pearson correlation of the pairs taken in both orders {(s_i, d_i), (-s_i, -d_i)} (both sets
+  have mean 0 by skew-symmetry). It does not depend on which response is the chosen one, so it penalises the
+  use of length, not the labels; for BT it is the correlation of reward differences with length differences.
+- orthogonality: the mean of |cos(w_i, w_L)| over the head's projection rows w_i (BT: its one row, which is
+  ODIN's term; GPM: the 2k embedding rows; Bayesian GPM: the 2k rows of the mean half).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from prefpipe.data.pair_length import response_length
+
+if TYPE_CHECKING:
+    from prefpipe.reward.heads.base import Encoding, RewardHead
+    from prefpipe.settings.reward import LengthHeadSettings
+
+LENGTH_KEY = "response_length"  # each row's response length; the trainer adds it to the train-mode outputs
+LENGTH_REWARD_KEY = "length_reward"  # the length head's r_L per row (train mode and eval mode alike)
+EPS = 1e-8
+
+
+class LengthHead(nn.Module):
+    """r_L = w_L . h: one linear map of the head's (standardised) input, no bias (a bias cancels in every
+    pair and in every correlation)."""
+
+    def __init__(self, input_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, input_size))
+        nn.init.normal_(self.weight, std=input_size**-0.5)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return (h @ self.weight.to(h.dtype).T).squeeze(-1)
+
+
+def pair_lengths(chosen: Sequence[str], rejected: Sequence[str]) -> torch.Tensor:
+    """(2, N) float32: L of each pair's chosen (row 0) and rejected (row 1) response, in characters."""
+    return torch.tensor(
+        [[response_length(t) for t in chosen], [response_length(t) for t in rejected]], dtype=torch.float32
+    )
+
+
+def split_pairs(out: Encoding, lengths: torch.Tensor) -> tuple[Encoding, Encoding]:
+    """Train-mode outputs of n chosen rows then n rejected rows, split in two, each with its rows' lengths
+    (`lengths` (2, n): what pair_lengths gives for these pairs)."""
+    n = lengths.shape[1]
+    lengths = lengths.to(next(iter(out.values())).device)
+    out_c = {k: v[:n] for k, v in out.items()} | {LENGTH_KEY: lengths[0]}
+    return out_c, {k: v[n:] for k, v in out.items()} | {LENGTH_KEY: lengths[1]}
+
+
+def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation of two 1-D tensors; 0 when either is constant (no length signal to follow)."""
+    xc, yc = x - x.mean(), y - y.mean()
+    return (xc * yc).sum() / (xc.norm() * yc.norm()).clamp_min(EPS)
+
+
+def pair_correlation(score: torch.Tensor, length_diff: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation of {(s_i, d_i), (-s_i, -d_i)}: sum s d / sqrt(sum s^2 sum d^2)."""
+    return (score * length_diff).sum() / (score.norm() * length_diff.norm()).clamp_min(EPS)
+
+
+def orthogonality(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Mean over the rows r_i of |cos(r_i, w)| (rows (m, F), w (1, F) or (F,))."""
+    w = w.reshape(-1)
+    cos = rows @ w / (rows.norm(dim=-1) * w.norm()).clamp_min(EPS)
+    return cos.abs().mean()
+
+
+def quality_correlation(head: RewardHead, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
+    """rho(scored head, length): ODIN's per-response Pearson for a scalar head, rho_pair for a pairwise one."""
+    length_c, length_r = out_c[LENGTH_KEY].float(), out_r[LENGTH_KEY].float()
+    if head.scalar_reward:
+        rewards = torch.cat([head.rewards(out_c), head.rewards(out_r)])
+        return pearson(rewards, torch.cat([length_c, length_r]))
+    score, _ = head.score(out_c, out_r)
+    return pair_correlation(score, length_c - length_r)
+
+
+def length_penalty(
+    head: RewardHead, out_c: Encoding, out_r: Encoding, settings: LengthHeadSettings
+) -> torch.Tensor:
+    """length_weight (1 - rho(r_L, L)) + decorrelation_weight |rho(quality, L)| + orthogonal_weight L_O."""
+    for name, out in (("out_c", out_c), ("out_r", out_r)):
+        missing = [k for k in (LENGTH_KEY, LENGTH_REWARD_KEY) if k not in out]
+        if missing:
+            raise ValueError(
+                f"length-disentangled loss: {name} lacks {missing} (lengths reach the loss here)"
+            )
+    lengths = torch.cat([out_c[LENGTH_KEY], out_r[LENGTH_KEY]]).float()
+    length_rewards = torch.cat([out_c[LENGTH_REWARD_KEY], out_r[LENGTH_REWARD_KEY]])
+    follow = 1.0 - pearson(length_rewards, lengths)
+    avoid = quality_correlation(head, out_c, out_r).abs()
+    ortho = orthogonality(head.projection_rows(), head.length_head_module().weight)
+    return (
+        settings.length_weight * follow
+        + settings.decorrelation_weight * avoid
+        + settings.orthogonal_weight * ortho
+    )
