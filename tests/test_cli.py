@@ -71,6 +71,14 @@ def test_report_rebuilds_from_the_recorded_settings_and_compares_another_folder(
     used = json.loads((out / "config.json").read_text())["config"]
     assert used["compare"] == {"seed1": str(other)} and used["figure_dpi"] == 40
     assert json.loads((out / "inputs.json").read_text()) == manifest().files
+    # results recorded by an older prefpipe, before a report key existed: the current default fills it, said once
+    recorded = results / "report" / "config.json"
+    old = json.loads(recorded.read_text())
+    del old["config"]["policy_comparison"]
+    recorded.write_text(json.dumps(old))
+    again = prefpipe("report", str(results), "--out", str(tmp_path / "older"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "recorded before report key(s) policy_comparison: the current defaults are used" in again.stderr
 
 
 def test_report_errors_are_one_line(tmp_path):

@@ -88,7 +88,7 @@ def test_only_declared_inputs_are_read(built):
 def test_compared_trees_show_mean_and_sd(built):
     md = built["md"]
     assert "## Across seeds and experiments" in md
-    assert re.search(r"\| synthetic-default \| gpm \| 2 \| \d+\.\d ± \d+\.\d \(n=2\)", md)
+    assert re.search(r"\| synthetic-default \| [^|]+ \| gpm \| 2 \| \d+\.\d ± \d+\.\d \(n=2\)", md)
 
 
 def test_missing_compare_tree_is_a_one_line_error_naming_it(tmp_path, caplog):

@@ -114,8 +114,12 @@ def test_two_experiments_compared_are_shown_side_by_side(tmp_path):
     md = render_markdown(
         document(settings.report, own, Manifest.standard(ONLY, [], [])), figure_dir="figures"
     )
-    side = [t for t in tables(md) if t.header[:1] == ["Variant"] and "other-exp" in t.header]
-    assert len(side) == 1 and side[0].header == ["Variant", "synthetic-seeds", "other-exp"], md
+    side = [t for t in tables(md) if t.header[:1] == ["Variant"] and "other-exp (synthetic)" in t.header]
+    assert len(side) == 1 and side[0].header == [
+        "Variant",
+        "synthetic-seeds (synthetic)",
+        "other-exp (synthetic)",
+    ]
     for variant, cells in zip(ONLY, side[0].rows, strict=True):
         expected = [
             json.loads((tree / "eval" / variant / "summary.json").read_text())["overall"]
@@ -125,6 +129,27 @@ def test_two_experiments_compared_are_shown_side_by_side(tmp_path):
         assert [float(c.split()[0]) for c in cells[1:]] == pytest.approx(
             [100 * e for e in expected], abs=0.05
         )
+
+
+def test_a_compared_experiment_shows_only_the_variants_it_trained(tmp_path):
+    """A variant the other experiment never trained gets no row of dashes for it: '–' in its side-by-side
+    column only, and no row in the per-experiment table."""
+    from prefpipe.report.inputs import Manifest
+    from prefpipe.report.markdown import render_markdown
+    from prefpipe.report.write import document
+
+    own = _seed_tree(tmp_path / "results" / "synthetic-seeds", 0)
+    other = _seed_tree(tmp_path / "results" / "other-exp", 1, experiment="other-exp")
+    shutil.rmtree(other / "eval" / ONLY[1])
+    settings = pipeline({**OVERLAY, "report": {"compare": {"other": str(other)}}})
+    md = render_markdown(
+        document(settings.report, own, Manifest.standard(ONLY, [], [])), figure_dir="figures"
+    )
+    side = next(t for t in tables(md) if t.header[:1] == ["Variant"] and "other-exp (synthetic)" in t.header)
+    assert dict((r[0], r[2]) for r in side.rows)[ONLY[1]] == "–"
+    long = next(t for t in tables(md) if t.header[:3] == ["Experiment", "Benchmark", "Variant"])
+    assert [r[2] for r in long.rows if r[0] == "other-exp"] == [v for v in ONLY if v != ONLY[1]]
+    assert [r[2] for r in long.rows if r[0] == "synthetic-seeds"] == list(ONLY)
 
 
 def _bootstrapped_venv() -> Path:

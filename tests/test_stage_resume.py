@@ -133,6 +133,9 @@ def test_grpo_stage_killed_and_rerun_ends_as_an_uninterrupted_run(tmp_path):
     policy = save_tiny_policy(tmp_path / "policy", seed=1)
     data = tmp_path / "data"
     write_jsonl(data / "rl_prompts_train.jsonl", rl_rows(PROMPTS))
+    write_jsonl(
+        data / "rl_prompts_heldout.jsonl", rl_rows(PROMPTS)
+    )  # the learning curve reads it, as prep_data writes it
     full, cut = tmp_path / "full", tmp_path / "cut"
 
     def cmd(out: Path, config: str = _grpo_config()) -> list[str]:

@@ -63,12 +63,27 @@ def report_settings(args: argparse.Namespace) -> dict:
     if args.config is not None:
         config = load_config_arg(args.config)
     elif recorded.is_file():
-        config = read_json(recorded)["config"]
+        config = with_new_report_keys(read_json(recorded)["config"], recorded)
     else:
         raise ConfigError(f"{recorded}: not found (run the workflow's report once, or pass --config FILE)")
     if args.compare:
         config["compare"] = dict(args.compare)
     return config
+
+
+def with_new_report_keys(config: dict, recorded: Path) -> dict:
+    """Report settings recorded by an older prefpipe lack the keys added since: those come from the current
+    config/config.yaml (said on stderr), so results from before an upgrade still render."""
+    from prefpipe.settings.pipeline import load_config
+
+    defaults = {k: v for k, v in load_config()["report"].items() if k != "enabled"}
+    added = sorted(set(defaults) - set(config))
+    if added:
+        print(
+            f"{recorded}: recorded before report key(s) {', '.join(added)}: the current defaults are used",
+            file=sys.stderr,
+        )
+    return {**{k: defaults[k] for k in added}, **config}
 
 
 def report_manifest(results: Path) -> Manifest:

@@ -129,6 +129,9 @@ def grpo_run(tmp_path_factory):
     policy = save_tiny_policy(root / "policy", seed=2)
     data = root / "data"
     write_jsonl(data / "rl_prompts_train.jsonl", rl_rows())
+    write_jsonl(
+        data / "rl_prompts_heldout.jsonl", rl_rows()
+    )  # the learning curve reads it, as prep_data writes it
     config = stage_json(grpo_settings(GRPO, run="corrupt", seed=4))
     out = root / "out"
     done = run_stage_process(stage_command("prefpipe.train_grpo", config, out, data=data, policy=policy))

@@ -75,6 +75,9 @@ def _setup(kind: str, root: Path) -> tuple:
     policy = save_tiny_policy(root / "policy", seed=2)
     data = root / "data"
     write_jsonl(data / "rl_prompts_train.jsonl", rl_rows())
+    write_jsonl(
+        data / "rl_prompts_heldout.jsonl", rl_rows()
+    )  # the learning curve reads it, as prep_data writes it
     config = stage_json(grpo_settings(GRPO, run="stop", seed=4))
 
     def cmd(out: Path) -> list[str]:

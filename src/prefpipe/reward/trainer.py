@@ -159,7 +159,7 @@ class RewardTrainer:
         both rows in one forward; either way in length-sorted chunks (train.length_buckets at most, on CUDA
         train.cuda_length_buckets, cut where a pass saves more than train.bucket_pass_cost padded tokens)."""
         t = self.settings.train
-        buckets = length_buckets_for(self.acc.device, t)
+        buckets = length_buckets_for(next(self.rm.parameters()).device, t)  # where the model runs
         uncached = self.rm.spec.likelihood_features and chosen[0].likelihood is None
         if t.share_prompt and self.rm.shares_prompts and not uncached:
             return shared_prompt.pack_pairs(

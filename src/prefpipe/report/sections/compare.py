@@ -30,6 +30,20 @@ def _policy_rows(ctx: Context, exp: str, members: list) -> list[list[str]]:
     return rows
 
 
+def _experiment_bench(ctx: Context, members: list) -> str | None:
+    """The report's headline benchmark where this experiment has scores on it, else the experiment's own
+    headline (a real-data experiment has no synthetic benchmark: its own scores, not a row of dashes)."""
+    if any(owner != "ablation" for owner, _ in seed_stats.across(members, ctx.bench)):
+        return ctx.bench
+    return frames.headline(members[0], None)[0]
+
+
+def _variants(ctx: Context, stats_by_exp: dict[str, dict]) -> list[str]:
+    """Every variant some compared experiment has figures for, this run's order first."""
+    found = [v for st in stats_by_exp.values() for v, _ in st if v != "ablation"]
+    return list(dict.fromkeys([v for v in ctx.variants if v in found] + found))
+
+
 def build(ctx: Context) -> Section | None:
     if not ctx.others:
         return None
@@ -38,14 +52,17 @@ def build(ctx: Context) -> Section | None:
     for tree in trees:
         by_exp.setdefault(tree.experiment, []).append(tree)
     rows, policy_rows, ablation_rows = [], [], []
-    side: dict[str, list[str]] = {v: [] for v in ctx.variants}  # variant -> its Overall per experiment
+    benches = {exp: _experiment_bench(ctx, members) for exp, members in by_exp.items()}
+    stats_by_exp = {exp: seed_stats.across(members, benches[exp]) for exp, members in by_exp.items()}
+    variants = _variants(ctx, stats_by_exp)
+    side: dict[str, list[str]] = {v: [] for v in variants}  # variant -> its Overall per experiment
     for exp, members in by_exp.items():
-        stats = seed_stats.across(members, ctx.bench)
-        for v in ctx.variants:
+        stats = stats_by_exp[exp]
+        for v in variants:
             side[v].append(seed_stats.cell(stats.get((v, frames.OVERALL))))
-        for v in ctx.variants:
+        for v in (v for v in variants if any(owner == v for owner, _ in stats)):  # only what it trained
             cells = [seed_stats.cell(stats.get((v, i))) for i in ITEMS]
-            rows.append([exp, v, str(len(members)), *cells])
+            rows.append([exp, benches[exp] or "–", v, str(len(members)), *cells])
         for (owner, item), stat in stats.items():
             if owner == "ablation":
                 fix, kind = item.split(" ", 1)
@@ -56,11 +73,11 @@ def build(ctx: Context) -> Section | None:
         "(ECE too)."
     )
     names = ", ".join(f"{t.name} (seed {t.seed})" for t in trees)
-    blocks = _side_by_side(ctx.bench, by_exp, side, note)
+    blocks = _side_by_side(benches, by_exp, side, note)
     blocks += [
         Table(
-            f"Reward models on {ctx.bench}: {names}",
-            ["Experiment", "Variant", "Trees", *ITEMS.values()],
+            f"Reward models, each experiment on its headline benchmark: {names}",
+            ["Experiment", "Benchmark", "Variant", "Trees", *ITEMS.values()],
             rows,
             note,
             anchor="compare-table",
@@ -89,17 +106,26 @@ def build(ctx: Context) -> Section | None:
     return Section(TITLE, blocks, ANCHOR)
 
 
-def _side_by_side(bench: str, by_exp: dict[str, list], side: dict[str, list[str]], note: str) -> list[Table]:
-    """One column per experiment (only when more than one is compared), naming each experiment's folders."""
+def _side_by_side(
+    benches: dict[str, str | None], by_exp: dict[str, list], side: dict[str, list[str]], note: str
+) -> list[Table]:
+    """One column per experiment (only when more than one is compared), each on its headline benchmark
+    (named in the column), naming each experiment's folders."""
     if len(by_exp) < 2:
         return []
     folders = "; ".join(
         f"{exp}: {', '.join(str(t.root) for t in members)}" for exp, members in by_exp.items()
     )
+    shared = set(benches.values())
+    title = (
+        f"Overall on {benches[next(iter(by_exp))]}"
+        if len(shared) == 1
+        else "Overall on each experiment's headline"
+    )
     return [
         Table(
-            f"Overall on {bench}, experiments side by side",
-            ["Variant", *by_exp],
+            f"{title}, experiments side by side",
+            ["Variant", *(f"{exp} ({benches[exp] or '–'})" for exp in by_exp)],
             [[v, *cells] for v, cells in side.items()],
             f"{note} Folders: {folders}.",
             anchor="compare-side-by-side",
