@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text
+from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
 from prefpipe.report.document import Document
 from prefpipe.report.html import render_html
@@ -29,8 +30,15 @@ def document(config: ReportSettings, results: Path, manifest: Manifest) -> Docum
     others = [read_tree(root, manifest, name, config.strict) for name, root in roots.items()]
     ctx = Context(tree, others, config)
     modules = SECTIONS()
-    claims = [c for m in modules if hasattr(m, "claims") for c in m.claims(ctx)]
-    sections = [s for m in modules if (s := m.build(ctx)) is not None]
+    log.info("read %s and %d compared tree(s); building %d sections", results, len(others), len(modules))
+    with Progress(len(modules) + 1, "report", unit="section") as bar:  # figures take seconds each
+        claims = [c for m in modules if hasattr(m, "claims") for c in m.claims(ctx)]
+        bar.step(part="answers")
+        sections = []
+        for module in modules:
+            if (section := module.build(ctx)) is not None:
+                sections.append(section)
+            bar.step(part=module.__name__.rsplit(".", 1)[-1])
     subtitle = f"Experiment {tree.experiment}, seed {tree.seed}; headline benchmark {ctx.bench or '–'}"
     subtitle += f"; compared with {', '.join(t.name for t in others)}" if others else ""
     subtitle += _overlap_note(tree.summary("data") or {})
@@ -57,6 +65,7 @@ def build(config: ReportSettings, results: Path, out: Path, manifest: Manifest) 
     start = time.time()
     doc = document(config, Path(results), manifest)
     record = RunRecord(out, "report", to_mapping(config))
+    log.info("writing HTML (figures inlined), Markdown and %d figures", len(doc.figures()))
     html_text = render_html(doc)
     md_text = render_markdown(doc, figure_dir="figures")
     with atomic_dir(out / "figures") as tmp:
