@@ -95,9 +95,8 @@ class Progress:
         while not self._closed.wait(every_s / 4):
             quiet = time.monotonic() - self.last_line
             if quiet >= every_s and self.done < self.total:
-                log.info("%s still on %s %d/%d (%s since the last line)", self.label, self.unit,
-                         self.done + 1, self.total, duration(quiet))  # fmt: skip
-                self.last_line = time.monotonic()
+                self._log(f"{self.label} still on {self.unit} {self.done + 1}/{self.total} "
+                          f"({duration(quiet)} since the last line)")  # fmt: skip
 
     def rate(self) -> float | None:
         """Units per second over this process's part of the loop (a resumed run counts from its start)."""
@@ -136,9 +135,14 @@ class Progress:
         self.bar.update(n)
         if due:
             self.bar.refresh()
-            self.bar.fp.write("\n")  # the log line starts on its own line; the bar redraws below it
-            log.info("%s", self.line(metrics))
-            self.last_line, self.lines = now, self.lines + 1
+            self._log(self.line(metrics))
+            self.lines += 1
+
+    def _log(self, message: str) -> None:
+        """A log line on its own line (after the bar's carriage-return text; the bar redraws below it)."""
+        self.bar.fp.write("\n")
+        log.info("%s", message)
+        self.last_line = time.monotonic()
 
     def close(self) -> None:
         self._closed.set()

@@ -30,12 +30,15 @@ def _policy_rows(ctx: Context, exp: str, members: list) -> list[list[str]]:
     return rows
 
 
-def _experiment_bench(ctx: Context, members: list) -> str | None:
-    """The report's headline benchmark where this experiment has scores on it, else the experiment's own
-    headline (a real-data experiment has no synthetic benchmark: its own scores, not a row of dashes)."""
-    if any(owner != "ablation" for owner, _ in seed_stats.across(members, ctx.bench)):
-        return ctx.bench
-    return frames.headline(members[0], None)[0]
+def _experiment_figures(ctx: Context, members: list) -> tuple[str | None, dict]:
+    """The benchmark to show an experiment on and its figures there: the report's headline benchmark where this
+    experiment has scores on it, else the experiment's own headline (a real-data experiment has no synthetic
+    benchmark: its own scores, not a row of dashes)."""
+    stats = seed_stats.across(members, ctx.bench)
+    if any(owner != "ablation" for owner, _ in stats):
+        return ctx.bench, stats
+    own = frames.headline(members[0], None)[0]
+    return own, seed_stats.across(members, own)
 
 
 def _variants(ctx: Context, stats_by_exp: dict[str, dict]) -> list[str]:
@@ -52,12 +55,12 @@ def build(ctx: Context) -> Section | None:
     for tree in trees:
         by_exp.setdefault(tree.experiment, []).append(tree)
     rows, policy_rows, ablation_rows = [], [], []
-    benches = {exp: _experiment_bench(ctx, members) for exp, members in by_exp.items()}
-    stats_by_exp = {exp: seed_stats.across(members, benches[exp]) for exp, members in by_exp.items()}
-    variants = _variants(ctx, stats_by_exp)
+    figures = {exp: _experiment_figures(ctx, members) for exp, members in by_exp.items()}
+    benches = {exp: bench for exp, (bench, _) in figures.items()}
+    variants = _variants(ctx, {exp: stats for exp, (_, stats) in figures.items()})
     side: dict[str, list[str]] = {v: [] for v in variants}  # variant -> its Overall per experiment
     for exp, members in by_exp.items():
-        stats = stats_by_exp[exp]
+        stats = figures[exp][1]
         for v in variants:
             side[v].append(seed_stats.cell(stats.get((v, frames.OVERALL))))
         for v in (v for v in variants if any(owner == v for owner, _ in stats)):  # only what it trained
