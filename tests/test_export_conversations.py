@@ -7,13 +7,13 @@ assistant turns with its own role name)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 from support.export_runs import folder_module, reward_run
 from support.families import FAMILIES, save_family_model
+from support.hh_rows import rows_by_id
 from support.models import build_reward
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -32,12 +32,10 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def hh_rows(shared_data: Path) -> list[dict]:
     """The rows as the data file has them, each with its history parsed by the project's transcript parser."""
-    found = {}
-    for line in (shared_data / "hh_rlhf_helpful_test.jsonl").open():
-        row = json.loads(line)
-        if row["id"] in ROW_IDS:
-            found[row["id"]] = row | {"messages": parse_transcript(row["prompt"])}
-    rows = [found[i] for i in ROW_IDS]
+    rows = [
+        r | {"messages": parse_transcript(r["prompt"])}
+        for r in rows_by_id(shared_data / "hh_rlhf_helpful_test.jsonl", ROW_IDS)
+    ]
     assert all(sum(m["role"] == "user" for m in r["messages"]) == 2 for r in rows)
     return rows
 
