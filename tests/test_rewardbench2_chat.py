@@ -1,7 +1,8 @@
 """RewardBench 2 rows whose prompt is a chat message list (issue 36: conversations end to end): rows in the hub
 dataset's shape (id, prompt, chosen/rejected lists, num_correct, num_rejected, total_completions, models, subset)
 with a real multi-turn HH-RLHF history as the prompt keep their turns through the loader, are scored on those
-turns by a real tiny reward model, and malformed message lists stop the read in one line naming file and row."""
+turns by a real tiny reward model, and malformed message lists stop the read in one line naming file and row.
+Pair files (one chosen, one rejected string) with message-list prompts keep their turns too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from support.models import build_reward
 from prefpipe.common.chat import plain_history
 from prefpipe.common.io import write_jsonl
 from prefpipe.data.hh_transcript import parse_transcript
-from prefpipe.evaluation.bench_data import BenchmarkDataError, load_rewardbench2
+from prefpipe.evaluation.bench_data import (
+    BenchmarkDataError,
+    detect_format,
+    load_benchmark,
+    load_rewardbench2,
+)
 from prefpipe.evaluation.rewardbench2 import expanded_pairs, score_options
 
 HH_IDS = ("hh-helpful-test-976", "hh-helpful-test-1007")
@@ -104,3 +110,15 @@ def test_bad_message_list_prompt_is_one_line_naming_file_and_row(tmp_path, hh, p
     rows, report = load_rewardbench2("rb2", str(path), "test", "drop")
     assert [r["id"] for r in rows] == ["0", "2"] and report["dropped"] == {"bad_prompt_messages": 1}
     assert report["rows_in"] == 3 and report["rows_skipped"] == 1
+
+
+def test_pair_file_with_message_list_prompts_keeps_its_turns(tmp_path, hh):
+    """The same chat prompts in a one-chosen / one-rejected file (format rewardbench, auto-detected)."""
+    raw = [row | {"chosen": row["chosen"][0], "rejected": row["rejected"][0]} for row in _rb2_rows(hh)]
+    path = tmp_path / "pairs.jsonl"
+    write_jsonl(path, raw)
+    assert detect_format("pairs", str(path), "auto", "test") == "rewardbench"
+    rows, report = load_benchmark("pairs", str(path), tmp_path, "test", "error")
+    assert report["rows_kept"] == 3
+    assert [r.get("messages") for r in rows] == [raw[0]["prompt"], raw[1]["prompt"], None]
+    assert rows[2]["prompt"] == "Name a colour."

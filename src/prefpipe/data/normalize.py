@@ -78,8 +78,13 @@ def _strings(row: dict, keys: tuple[str, ...]) -> list[str]:
 
 
 def pair_from_flat(row: dict) -> Pair:
-    """RewardBench layout (and already-split HH rows): prompt, chosen and rejected are plain strings; a prompt
-    that is an HH transcript is kept as messages too (parse_transcript)."""
+    """RewardBench layout (and already-split HH rows): chosen and rejected are plain strings; the prompt is a
+    string (an HH transcript is kept as messages too, parse_transcript) or a message list ending on the user's
+    turn (chat files), flattened with plain_history."""
+    if isinstance(row.get("prompt"), list):
+        messages = message_list(row["prompt"], "prompt", "user")
+        chosen, rejected = _strings(row, ("chosen", "rejected"))
+        return plain_history(messages), messages, chosen, rejected
     prompt, chosen, rejected = _strings(row, TEXT_FIELDS)
     return prompt, parse_transcript(prompt), chosen, rejected
 
