@@ -14,7 +14,7 @@ import torch
 from support.export_runs import folder_module, reward_run
 from support.families import FAMILIES, save_family_model
 from support.hh_rows import rows_by_id
-from support.models import build_reward
+from support.models import build_reward, save_tiny_base
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from prefpipe.common.chat import format_pair
@@ -45,10 +45,12 @@ def gemma(tmp_path_factory) -> Path:
     return save_family_model(FAMILIES["gemma2"], tmp_path_factory.mktemp("gemma2"))
 
 
-def _export(tmp_path: Path, base: Path, head: str, form: str) -> tuple[Path, object, object]:
+def _export(
+    tmp_path: Path, base: Path, head: str, form: str, max_length: int = MAX_LENGTH
+) -> tuple[Path, object, object]:
     """The export folder and the run's model as prefpipe loads it, on its fast paths (the default: each
     distinct conversation + reply encoded once, length-bucketed batches) and on the plain paths."""
-    rm, _ = build_reward(base, head, backbone=PLAIN, data={"max_length": MAX_LENGTH})
+    rm, _ = build_reward(base, head, backbone=PLAIN, data={"max_length": max_length})
     run = reward_run(tmp_path, rm)
     info = export_reward(run, tmp_path / "export", form)
     assert info["chat"] == "prefpipe_chat.py"
@@ -101,8 +103,12 @@ def test_bt_export_scores_a_real_conversation_as_prefpipe(tmp_path, gemma, hh_ro
     assert "prefpipe_chat.py" in card and '{"role": "assistant"' in card
 
 
-def test_gpm_export_scores_a_real_conversation_as_prefpipe(tmp_path, gemma, hh_rows):
-    folder, fast, ours = _export(tmp_path, gemma, "gpm", "head-folder")
+@pytest.mark.parametrize("template", [True, False], ids=["gemma2", "no-template"])
+def test_gpm_export_scores_a_real_conversation_as_prefpipe(tmp_path, gemma, hh_rows, template):
+    """Also on a backbone without a chat template (the plain "Human: ...\\n\\nAssistant: ..." form; its
+    positions stop at 128)."""
+    base = gemma if template else save_tiny_base(tmp_path / "plain")
+    folder, fast, ours = _export(tmp_path, base, "gpm", "head-folder", MAX_LENGTH if template else 128)
     exported = folder_module(folder, "reward_loader.py").ExportedRewardModel.from_folder(folder)
     history = [r["messages"] for r in hh_rows]
     chosen, rejected = [r["chosen"] for r in hh_rows], [r["rejected"] for r in hh_rows]
@@ -112,7 +118,9 @@ def test_gpm_export_scores_a_real_conversation_as_prefpipe(tmp_path, gemma, hh_r
     enc = exported.encode(history, chosen)
     enc_diff = max((enc[k] - enc_a[k]).abs().max().item() for k in enc_a)
     diff = (got - want).abs().max().item()
-    print(f"gpm: max |P diff| {diff:.2e}, max |encoding diff| {enc_diff:.2e}, P {want.tolist()}")
+    print(
+        f"gpm template={template}: max |P diff| {diff:.2e}, max |encoding diff| {enc_diff:.2e}, P {want.tolist()}"
+    )
     assert diff < TOL and enc_diff < TOL and want.std() > 0
     flat = exported.preference_prob([r["prompt"] for r in hh_rows], chosen, rejected)
     assert (got - flat).abs().max().item() > 1e-4  # the turns are read, not the flattened transcript

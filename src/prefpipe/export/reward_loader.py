@@ -17,7 +17,7 @@ wherever torch and transformers are installed:
 A conversation (every method's `prompts` entry) is a plain prompt string (one user turn) or a list of
 {"role": "system" | "user" | "assistant", "content": str} messages ending on the user's turn.
 
-What it reproduces (to float rounding) is prefpipe's scoring of one (prompt, response) row:
+What it reproduces (to float rounding) is prefpipe's scoring of one (conversation, response) row:
 1. Text: `prefpipe_chat.format_pairs`, the function prefpipe renders every reward input with: the chat
    template's rendering of the conversation + the reply as the final assistant turn, up to the template's end
    of that turn (e.g. Gemma's <end_of_turn>; `reply_end` in reward_head.json), and the conversation's
