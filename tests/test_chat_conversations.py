@@ -183,3 +183,30 @@ def test_grpo_prompts_keep_their_turns(shared_data, tmp_path):
     )
     got = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
     assert got == list(want["input_ids"])
+
+
+def test_benchmark_rows_with_turns_score_on_the_fast_paths(shared_data, tmp_path):
+    """Real HH rows keep their turns into the evaluation; the default fast paths (each distinct conversation +
+    reply encoded once) key them by conversation_key (a message list is unhashable) and score as the plain
+    paths do."""
+    from support.eval_args import evaluate
+    from support.families import save_family_model
+    from support.models import build_reward
+
+    from prefpipe.evaluation.sections import custom_section_table
+
+    lines = list((shared_data / "hh_rlhf_helpful_test.jsonl").open())[:8]
+    rows = [normalize_row(json.loads(line), "hh", "hh") for line in lines]
+    rows.append(dict(rows[0], id="again"))  # a repeated conversation + reply: encoded once on the fast paths
+    assert sum("messages" in r for r in rows) >= 6
+    rm, _ = build_reward(
+        save_family_model(FAMILIES["gemma2"], tmp_path / "g"), "gpm", data={"max_length": 96}
+    )
+    scores = []
+    for fast in (True, False):
+        frame, summary = evaluate(
+            rm.eval().set_fast_paths(fast), rows, custom_section_table({}, "t"), mc_samples=0
+        )
+        scores.append(frame.sort_values("id")["score_chosen_minus_rejected"].to_numpy())
+        assert summary["n_pairs"] == len(rows)
+    assert abs(scores[0] - scores[1]).max() < 1e-5 and scores[0].std() > 0

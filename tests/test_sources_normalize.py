@@ -150,6 +150,19 @@ def test_messages_bad_rows_get_their_reason(chosen, rejected, reason):
     assert reason_of({"chosen": chosen, "rejected": rejected}, "messages") == reason
 
 
+def test_flat_row_with_a_message_list_prompt_keeps_its_turns():
+    """Chat files in the RewardBench layout: the prompt a message list, the replies strings."""
+    history = msgs(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello!"), ("user", "Capital?"))
+    pair = normalize_row({"prompt": history, "chosen": "Paris.", "rejected": "Rome."}, "rewardbench", "d")
+    assert pair["messages"] == history
+    assert pair["prompt"] == "System: Be brief.\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: Capital?"
+    one = normalize_row({"prompt": msgs(("user", "Q?")), "chosen": "a", "rejected": "b"}, "rewardbench", "d")
+    assert one["prompt"] == "Q?" and "messages" not in one  # one plain user turn reads as a prompt string
+    ends_on_reply = {"prompt": msgs(("user", "Q?"), ("assistant", "A")), "chosen": "a", "rejected": "b"}
+    assert reason_of(ends_on_reply, "rewardbench") == "unrecognised_shape"
+    assert reason_of({"prompt": [], "chosen": "a", "rejected": "b"}, "rewardbench") == "empty_field"
+
+
 @pytest.mark.parametrize(
     ("row", "reason"),
     [

@@ -7,6 +7,9 @@ tokenizer's chat template: a reward input is the template's rendering of history
 (`format_pairs`); tokenizers without one get the plain layout "history\\n\\nresponse" + EOS (`plain_history`).
 A response ends the way the template ends an assistant turn (`reply_end`): Gemma's <end_of_turn>, Phi-3's
 <|end|> then <|endoftext|>, the EOS token elsewhere.
+
+Standard library only (jinja2, transformers' template engine, where a template is rendered): an exported reward
+model ships this very file as `prefpipe_chat.py` (prefpipe.export) and renders its inputs with it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ def conversation(row: dict) -> Conversation:
     """A row's history before the reply: its `messages` list where it has one, else its plain `prompt`."""
     messages = row.get("messages")
     return messages if messages else row["prompt"]
+
+
+def conversation_key(prompt: Conversation) -> str | tuple[str, str]:
+    """A hashable key for a conversation (a message list is not): equal keys, equal conversations; a prompt
+    string never shares a key with a message list."""
+    return prompt if isinstance(prompt, str) else ("messages", json.dumps(prompt, sort_keys=True))
 
 
 def is_messages(value: object) -> bool:
@@ -131,12 +140,12 @@ def format_pairs(
     as the final assistant turn, ending at the turn end (`_template_turn`); it starts with the formatted
     prompt, so two responses to one conversation share the identical prefix. Without a template (or without
     add_eos: text a policy continues), it is the formatted prompt + response (+ `reply_end`)."""
-    rendered: dict[str, str] = {}
+    rendered: dict[str | tuple[str, str], str] = {}
     end = reply_end(tokenizer) if add_eos else None
     templated = add_eos and has_chat_template(tokenizer)
     heads, texts = [], []
     for prompt, response in zip(prompts, responses, strict=True):
-        key = prompt if isinstance(prompt, str) else json.dumps(prompt)
+        key = conversation_key(prompt)
         head = rendered.get(key)
         if head is None:
             head = rendered[key] = format_prompt(tokenizer, prompt)

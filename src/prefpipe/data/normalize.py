@@ -78,8 +78,13 @@ def _strings(row: dict, keys: tuple[str, ...]) -> list[str]:
 
 
 def pair_from_flat(row: dict) -> Pair:
-    """RewardBench layout (and already-split HH rows): prompt, chosen and rejected are plain strings; a prompt
-    that is an HH transcript is kept as messages too (parse_transcript)."""
+    """RewardBench layout (and already-split HH rows): chosen and rejected are plain strings; the prompt is a
+    string (an HH transcript is kept as messages too, parse_transcript) or a message list ending on the user's
+    turn (chat files), flattened with plain_history."""
+    if isinstance(row.get("prompt"), list):
+        messages = message_list(row["prompt"], "prompt", "user")
+        chosen, rejected = _strings(row, ("chosen", "rejected"))
+        return plain_history(messages), messages, chosen, rejected
     prompt, chosen, rejected = _strings(row, TEXT_FIELDS)
     return prompt, parse_transcript(prompt), chosen, rejected
 
@@ -101,8 +106,10 @@ def pair_from_hh(row: dict) -> Pair:
     return prompt, parse_transcript(prompt), chosen, rejected
 
 
-def _messages(row: dict, key: str) -> list[Message]:
-    value = row[key]
+def message_list(value: Any, key: str, last_role: str) -> list[Message]:
+    """`value` as {"role", "content"} text messages with roles from ROLE_LABELS, the last one from `last_role`
+    (a conversation ending in its reply: "assistant"; a history before the reply: "user"); else BadRow naming
+    `key` and the message."""
     if not isinstance(value, list):
         raise BadRow("unrecognised_shape", f"{key!r} is a {type(value).__name__}, expected a message list")
     if not value:
@@ -117,10 +124,10 @@ def _messages(row: dict, key: str) -> list[Message]:
                 "unrecognised_shape", f"{key}[{i}] has role {role!r}, expected one of {list(ROLE_LABELS)}"
             )
         messages.append({"role": role, "content": message["content"]})
-    if messages[-1]["role"] != "assistant":
+    if messages[-1]["role"] != last_role:
         raise BadRow(
             "unrecognised_shape",
-            f"the last message of {key!r} is from {messages[-1]['role']!r}, not the assistant",
+            f"the last message of {key!r} is from {messages[-1]['role']!r}, not the {last_role}",
         )
     return messages
 
@@ -137,7 +144,7 @@ def pair_from_messages(row: dict) -> Pair:
     the reply (no earlier turns) take the prompt from the row's "prompt" field.
     """
     _require(row, ("chosen", "rejected"))
-    chosen, rejected = _messages(row, "chosen"), _messages(row, "rejected")
+    chosen, rejected = (message_list(row[key], key, "assistant") for key in ("chosen", "rejected"))
     if chosen[:-1] != rejected[:-1]:
         raise BadRow("prompt_mismatch", "chosen and rejected conversations differ before the final reply")
     if chosen[:-1]:

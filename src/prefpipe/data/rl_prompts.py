@@ -1,8 +1,10 @@
 """RL prompts from a file or a hub dataset (`data.prompts`), as rows GRPO and the held-out evaluations read.
 
-Row shape (the synthetic world's plus aliases): {"id", "prompt", "answer", "aliases", "kind"}; `kind` is the
-configured verifier, so every stage grades through `prefpipe.data.verifier`. Prompts without answers
-(`verifier: none`) have answer null and kind "none" (reward-model-only GRPO).
+Row shape (the synthetic world's plus aliases): {"id", "prompt", "answer", "aliases", "kind"}, and "messages" where
+the prompt is more than one user turn: an HH transcript, or a prompt field holding a message list ending on the
+user's turn (a chat file; the prompt is then its plain_history text); `kind` is the configured verifier, so
+every stage grades through `prefpipe.data.verifier`. Prompts without answers (`verifier: none`) have answer null
+and kind "none" (reward-model-only GRPO).
 
 Held-out prompts come from their own file or split and never repeat a training prompt: prompts are compared
 after case folding and whitespace collapsing; held-out rows that match a training prompt are dropped and
@@ -16,11 +18,12 @@ import random
 from collections import Counter
 from typing import Any
 
+from prefpipe.common.chat import plain_history
 from prefpipe.common.config import DataError
 from prefpipe.data.answers import normalize_number
 from prefpipe.data.calculator_steps import DERIVERS
 from prefpipe.data.hh_transcript import parse_transcript
-from prefpipe.data.normalize import RawRecord
+from prefpipe.data.normalize import BadRow, RawRecord, message_list
 from prefpipe.data.sources import open_records
 from prefpipe.data.verifier import check_verifier
 from prefpipe.settings.data import NO_VERIFIER, PromptSourceSettings
@@ -55,15 +58,20 @@ def parse_answer(value: Any) -> str:
 def _row(settings: PromptSourceSettings, value: Any, number: int, split: str) -> dict:
     if not isinstance(value, dict):
         raise BadPrompt("not_an_object", f"expected an object, got {type(value).__name__}")
-    prompt = value.get(settings.prompt_field)
+    prompt, messages = value.get(settings.prompt_field), None
+    if isinstance(prompt, list):  # a chat file: the field holds the turns before the reply
+        try:
+            messages = message_list(prompt, settings.prompt_field, "user")
+        except BadRow as bad:
+            raise BadPrompt("bad_prompt_messages", bad.detail) from None
+        prompt = plain_history(messages)  # the text overlap checks and ids read, as for reward pairs
     if not isinstance(prompt, str) or not prompt.strip():
         raise BadPrompt("missing_prompt", f"no non-empty {settings.prompt_field!r} field")
     row_id = value.get(settings.id_field) if settings.id_field else None
     row: dict[str, Any] = {"id": f"{split}-{number}" if row_id is None else str(row_id), "prompt": prompt}
-    if (messages := parse_transcript(prompt)) is not None and messages != [
-        {"role": "user", "content": prompt}
-    ]:
-        row["messages"] = messages  # an HH transcript prompt: the policy sees its turns (as reward pairs do)
+    messages = messages or parse_transcript(prompt)  # an HH transcript prompt: its turns
+    if messages is not None and messages != [{"role": "user", "content": prompt}]:
+        row["messages"] = messages  # the policy sees the turns (as reward pairs do)
     if settings.derive is not None:
         row[settings.solution_field] = value.get(settings.solution_field)
         return row

@@ -24,10 +24,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.chat import is_messages
+from prefpipe.common.chat import Message, is_messages, plain_history
 from prefpipe.common.config import DataError
 from prefpipe.common.io import read_jsonl
-from prefpipe.data.normalize import make_ids_unique
+from prefpipe.data.normalize import BadRow, make_ids_unique, message_list
 from prefpipe.data.sources import open_records, read_pairs
 from prefpipe.evaluation.summary_keys import PAIR_FIELDS
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE
@@ -136,8 +136,10 @@ def _is_option_list(row: Any) -> bool:
 
 
 def load_rewardbench2(name: str, source: str, split: str, bad_rows: str) -> tuple[list[dict], dict[str, Any]]:
-    """RewardBench 2 rows {id, prompt, chosen: [str], rejected: [str], subset}; bad rows dropped and counted
-    (or, with bad_rows "error", the first one stops the read naming the file and row)."""
+    """RewardBench 2 rows {id, prompt, chosen: [str], rejected: [str], subset, messages where the history is
+    more than one user turn}; a prompt may be a string or a message list ending on the user's turn. Bad rows
+    are dropped and counted (or, with bad_rows "error", the first one stops the read in one line naming the
+    file, the row and what is wrong)."""
     if bad_rows not in BAD_ROW_MODES:
         raise BenchmarkDataError(f"data.bad_rows must be 'drop' or 'error', got {bad_rows!r}")
     _check_local_file(name, source)
@@ -150,14 +152,18 @@ def load_rewardbench2(name: str, source: str, split: str, bad_rows: str) -> tupl
     kept: list[dict] = []
     seen: set[str] = set()
     for record in records:
-        reason, row = (
-            _rb2_row(record.value, name, record.number) if record.error is None else ("invalid_json", None)
+        reason, detail, row = (
+            _rb2_row(record.value, name, record.number)
+            if record.error is None
+            else ("invalid_json", record.error, None)
         )
         if row is not None and row["id"] in seen:
-            reason, row = "duplicate_id", None
+            reason, detail, row = "duplicate_id", f"id {row['id']!r} seen before", None
         if row is None:
             if bad_rows == "error":
-                raise BenchmarkDataError(f"eval.benchmarks.{name}: {where}: row {record.number}: {reason}")
+                raise BenchmarkDataError(
+                    f"eval.benchmarks.{name}: {where}: row {record.number}: {reason} ({detail})"
+                )
             dropped[reason] += 1
             continue
         seen.add(row["id"])
@@ -177,29 +183,50 @@ def load_rewardbench2(name: str, source: str, split: str, bad_rows: str) -> tupl
     }
 
 
-def _rb2_row(value: Any, name: str, number: int) -> tuple[str, dict | None]:
-    if not isinstance(value, dict):
-        return "not_an_object", None
+def _rb2_prompt(value: dict) -> tuple[str, list[Message] | None]:
+    """The row's prompt text and its turns: a prompt string (with the row's `messages` where it has usable
+    ones), or a prompt given as a message list ending on the user's turn (chat files, RewardBench 2 rebuilt
+    as chat), flattened as every stage flattens a history (plain_history). BadRow when the list is unusable."""
     prompt = value.get("prompt")
+    if isinstance(prompt, list):
+        messages = message_list(prompt, "prompt", "user")
+        text = plain_history(messages)
+        return text, (messages if messages != [{"role": "user", "content": text}] else None)
+    return prompt, (value["messages"] if is_messages(value.get("messages")) else None)
+
+
+def _rb2_row(value: Any, name: str, number: int) -> tuple[str, str, dict | None]:
+    """(reason, detail, row): a usable row has reason "", a bad one a reason code (counted) and a detail."""
+    if not isinstance(value, dict):
+        return "not_an_object", f"a {type(value).__name__}", None
+    try:
+        prompt, messages = _rb2_prompt(value)
+    except BadRow as err:
+        return "bad_prompt_messages", err.detail, None
     if not isinstance(prompt, str) or not prompt.strip():
-        return "missing_prompt", None
+        return "missing_prompt", "no prompt text", None
     lists = {}
     for field in ("chosen", "rejected"):
         options = value.get(field)
         if not isinstance(options, list) or not options:
-            return f"missing_{field}", None
+            return f"missing_{field}", f"{field!r} is not a non-empty list", None
         if not all(isinstance(o, str) and o.strip() for o in options):
-            return f"empty_{field}", None
+            return f"empty_{field}", f"{field!r} holds an empty or non-string option", None
         lists[field] = list(options)
     subset = value.get("subset")
     row_id = value.get("id")
-    return "", {
-        "id": str(row_id) if row_id not in (None, "") else f"{name}-{number}",
-        "prompt": prompt,
-        "chosen": lists["chosen"],
-        "rejected": lists["rejected"],
-        "subset": subset if isinstance(subset, str) and subset.strip() else name,
-    }
+    return (
+        "",
+        "",
+        {
+            "id": str(row_id) if row_id not in (None, "") else f"{name}-{number}",
+            "prompt": prompt,
+            "chosen": lists["chosen"],
+            "rejected": lists["rejected"],
+            "subset": subset if isinstance(subset, str) and subset.strip() else name,
+            **({"messages": messages} if messages is not None else {}),
+        },
+    )
 
 
 def clean_rows(rows: list[dict], name: str, where: str, bad_rows: str) -> tuple[list[dict], dict]:

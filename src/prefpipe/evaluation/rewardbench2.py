@@ -215,6 +215,7 @@ def expanded_pairs(rows: Sequence[dict], scores: OptionScores) -> tuple[list[dic
                         "chosen": chosen,
                         "rejected": rejected,
                         "subset": row["subset"],
+                        **({"messages": row["messages"]} if "messages" in row else {}),
                     }
                 )
                 values.append(m[ci, k + ri])

@@ -20,19 +20,31 @@ HEAD_MATH = {
 }
 
 SEQ_CLS_USAGE = """```python
+import importlib.util
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+# prefpipe_chat.py: prefpipe's own renderer of reward inputs (prefpipe.common.chat, standard library only)
+spec = importlib.util.spec_from_file_location("prefpipe_chat", "THIS_FOLDER/prefpipe_chat.py")
+chat = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(chat)
 tok = AutoTokenizer.from_pretrained("THIS_FOLDER")
 model = AutoModelForSequenceClassification.from_pretrained("THIS_FOLDER").eval()
-# the row as prefpipe wrote it: the reply ends as the chat template ends an assistant turn
-text = {prompt_text} + response + model.config.prefpipe_reply_end
+# a conversation: the turns before the reply, ending on the user's (roles system, user, assistant)
+conversation = [
+    {{"role": "user", "content": "Hi"}},
+    {{"role": "assistant", "content": "Hello! How can I help?"}},
+    {{"role": "user", "content": "What is 2 + 3?"}},
+]
+text = chat.format_pair(tok, conversation, response)  # also takes a plain prompt string (one user turn)
 batch = tok([text], return_tensors="pt", padding=True, add_special_tokens={special})
 with torch.no_grad():
     logit = model(**batch).logits[:, 0]
 reward = logit + model.config.prefpipe_reward_offset  # prefpipe's r(x, y); preferences need only the logits
 ```
-Pad on the right (the saved tokenizer does): the class reads the last token that is not padding."""
+`format_pair` renders {render}. For a plain prompt string it is the same as, without `prefpipe_chat.py`,
+`text = {prompt_text} + response + model.config.prefpipe_reply_end` (the reply ends as the template ends an
+assistant turn). Pad on the right (the saved tokenizer does): the class reads the last token that is not padding."""
 
 LOADER_USAGE = """```python
 import importlib.util
@@ -41,19 +53,39 @@ loader = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(loader)
 rm = loader.ExportedRewardModel.from_folder("THIS_FOLDER")
 p = rm.preference_prob([prompt], [response_a], [response_b])  # P(a preferred to b), one per row
+# a conversation: the turns before the reply, ending on the user's (roles system, user, assistant)
+conversation = [
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+    {"role": "user", "content": "What is 2 + 3?"},
+]
+p = rm.preference_prob([conversation], [response_a], [response_b])
 ```
-`reward_loader.py` needs torch and transformers only; its docstring gives the text format and the head math."""
+Each entry of the first argument (of `preference_prob`, `encode` and, for a BT head, `rewards`) is a plain prompt
+string (one user turn) or such a message list. The text is prefpipe's own reward input, rendered by the
+shipped `prefpipe_chat.py` (prefpipe.common.chat, copied): RENDER. `reward_loader.py` needs torch and
+transformers only; its docstring gives the text format and the head math."""
+
+# How prefpipe renders a conversation + reply (prefpipe.common.chat.format_pairs), by whether there is a template.
+RENDER = {
+    True: "the chat template's rendering of the conversation with the reply as the final assistant turn, up to "
+    "the end of that turn",
+    False: 'the plain history ("Human: ...\\n\\nAssistant: ..." for several turns, the text itself for one '
+    "user turn) + two newlines + the reply + the EOS token",
+}
 
 
 def _usage(info: dict[str, Any], chat_template: bool) -> str:
     if info["format"] != "sequence-classification":
-        return LOADER_USAGE
+        return LOADER_USAGE.replace("RENDER", RENDER[chat_template])
     prompt_text = (
         'tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)'
         if chat_template
         else 'prompt + "\\n\\n"'
     )
-    return SEQ_CLS_USAGE.format(prompt_text=prompt_text, special=not chat_template)
+    return SEQ_CLS_USAGE.format(
+        prompt_text=prompt_text, special=not chat_template, render=RENDER[chat_template]
+    )
 
 
 def _num(value: Any) -> str:

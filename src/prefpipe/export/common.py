@@ -1,12 +1,17 @@
 """What both export forms need from a loaded reward model: its backbone as one plain transformers model (a
-LoRA adapter merged into its base) and its tokenizer padding on the right, as prefpipe scores."""
+LoRA adapter merged into its base), its tokenizer padding on the right, as prefpipe scores, and prefpipe's text
+renderer shipped beside them."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from prefpipe.common import chat
+from prefpipe.export.reward_loader import CHAT_FILE
 from prefpipe.reward.model import RewardModel
 
 
@@ -23,3 +28,11 @@ def export_tokenizer(rm: RewardModel) -> Any:
     tokenizer = rm.tokenizer
     tokenizer.padding_side = "right"
     return tokenizer
+
+
+def ship_chat_module(folder: Path) -> str:
+    """Copy prefpipe.common.chat (standard library only) into `folder` as CHAT_FILE: the exported model renders
+    a conversation + reply with the very function prefpipe's reward inputs come from (`format_pairs`), not a
+    re-implementation that could drift. Returns the file's name."""
+    shutil.copyfile(chat.__file__, folder / CHAT_FILE)
+    return CHAT_FILE

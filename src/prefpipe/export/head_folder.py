@@ -1,6 +1,7 @@
 """Any reward model as a folder that torch + transformers load without prefpipe: the backbone (LoRA merged) and
 tokenizer as transformers saves them, the head's weights and settings, the frozen likelihood model when the
-head reads it, and `reward_loader.py` (prefpipe.export.reward_loader, copied) that scores with them."""
+head reads it, `reward_loader.py` (prefpipe.export.reward_loader, copied) that scores with them and
+`prefpipe_chat.py` (prefpipe.common.chat, copied) that renders its conversations."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from safetensors.torch import save_file
 from prefpipe.common.chat import reply_end
 from prefpipe.common.io import atomic_write_json
 from prefpipe.export import reward_loader
-from prefpipe.export.common import export_tokenizer, plain_backbone
+from prefpipe.export.common import export_tokenizer, plain_backbone, ship_chat_module
 from prefpipe.reward import likelihood
 from prefpipe.reward.model import RewardModel
 
@@ -52,4 +53,5 @@ def write_head_folder(rm: RewardModel, folder: Path) -> dict[str, Any]:
     if rm.likelihood_model is not None:
         rm.likelihood_model.save_pretrained(folder / likelihood.FOLDER)
     shutil.copyfile(reward_loader.__file__, folder / LOADER_FILE)
-    return {"format": "head-folder", "loader": LOADER_FILE, "head_type": rm.head_type}
+    chat_file = ship_chat_module(folder)
+    return {"format": "head-folder", "loader": LOADER_FILE, "chat": chat_file, "head_type": rm.head_type}

@@ -1,20 +1,29 @@
 """Load and use a reward model exported by prefpipe (`python -m prefpipe.export_reward`), with torch and
 transformers only.
 
-This file is copied into every exported head folder as `reward_loader.py`; it never imports prefpipe, so the
-folder works wherever torch and transformers are installed:
+This file is copied into every exported head folder as `reward_loader.py`, next to `prefpipe_chat.py` (prefpipe's
+own text renderer, prefpipe.common.chat, copied verbatim); neither imports prefpipe, so the folder works
+wherever torch and transformers are installed:
 
     import importlib.util, torch
     spec = importlib.util.spec_from_file_location("reward_loader", "EXPORT/reward_loader.py")
     loader = importlib.util.module_from_spec(spec); spec.loader.exec_module(loader)
     rm = loader.ExportedRewardModel.from_folder("EXPORT")
     p = rm.preference_prob(["What is 2 + 3?"], ["5"], ["6"])  # P(first response preferred), one per row
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+               {"role": "user", "content": "What is 2 + 3?"}]
+    p = rm.preference_prob([history], ["5"], ["6"])  # a conversation: the turns before the reply
 
-What it reproduces (to float rounding) is prefpipe's scoring of one (prompt, response) row:
-1. Text: the tokenizer's chat template with one user turn and the generation prompt, then the response and
-   what ends a reply (`reply_end` in reward_head.json: the template's end of an assistant turn, e.g. Gemma's
-   <end_of_turn>, else the EOS token; no template: prompt + two newlines + response + EOS). Tokens: special tokens added only
-   when there is no template; the prompt's last token is where the two token lists stop agreeing.
+A conversation (every method's `prompts` entry) is a plain prompt string (one user turn) or a list of
+{"role": "system" | "user" | "assistant", "content": str} messages ending on the user's turn.
+
+What it reproduces (to float rounding) is prefpipe's scoring of one (conversation, response) row:
+1. Text: `prefpipe_chat.format_pairs`, the function prefpipe renders every reward input with: the chat
+   template's rendering of the conversation + the reply as the final assistant turn, up to the template's end
+   of that turn (e.g. Gemma's <end_of_turn>; `reply_end` in reward_head.json), and the conversation's
+   generation prompt; no template: the plain history ("Human: ...\n\nAssistant: ..." for several turns) +
+   two newlines + response + EOS. Tokens: special tokens added only when there is no template; the prompt's
+   last token is where the two token lists (pair text, generation prompt) stop agreeing.
    A row longer than `max_length` loses prompt tokens from the left (leading special tokens and the prompt's
    last token kept), then response tokens from the right (trailing special tokens kept).
 2. Features: the backbone's final states pooled as `pooling` says (last / first real token, mean over real
@@ -36,9 +45,11 @@ What it reproduces (to float rounding) is prefpipe's scoring of one (prompt, res
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -49,10 +60,34 @@ from transformers import AutoModel, AutoTokenizer
 HEAD_JSON = "reward_head.json"
 HEAD_WEIGHTS = "reward_head.safetensors"
 FORMAT = "prefpipe-reward-head"
+CHAT_FILE = "prefpipe_chat.py"  # prefpipe.common.chat, copied by the export (prefpipe.export.common)
+Conversation = str | list[dict[str, str]]
+
+
+def load_chat_module(folder: str | Path) -> ModuleType:
+    """The folder's `prefpipe_chat.py`: prefpipe's own renderer of reward inputs, so the text is prefpipe's."""
+    path = Path(folder) / CHAT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (export the model again with prefpipe)")
+    spec = importlib.util.spec_from_file_location("prefpipe_chat", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_conversations(chat: ModuleType, prompts: list[Conversation]) -> None:
+    """One line naming the first entry that is neither a prompt string nor a usable message list."""
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, str) and not chat.is_messages(prompt):
+            raise ValueError(
+                f"prompts[{i}]: expected a prompt string or a list of {{'role', 'content'}} messages (roles "
+                f"{', '.join(chat.ROLE_LABELS)}) ending on the user's turn, got {str(prompt)[:80]!r}"
+            )
 
 
 class ExportedRewardModel:
-    """Backbone, tokenizer and head of an exported reward model; every method takes plain strings."""
+    """Backbone, tokenizer and head of an exported reward model; every method takes conversations (prompt
+    strings or message lists) and reply strings."""
 
     def __init__(self, folder: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
         folder = Path(folder)
@@ -66,6 +101,7 @@ class ExportedRewardModel:
             path = folder / "likelihood_model"
             self.likelihood_model = AutoModel.from_pretrained(path, dtype=dtype).to(device).eval()
         self.head = {k: v.to(device) for k, v in load_file(str(folder / HEAD_WEIGHTS)).items()}
+        self.chat = load_chat_module(folder)
         self.device = device
 
     @classmethod
@@ -73,28 +109,26 @@ class ExportedRewardModel:
         return cls(folder, **kwargs)
 
     # ------------------------------------------------------------------ text -> token ids
-    def _format_prompt(self, prompt: str) -> str:
-        if self.tokenizer.chat_template:
-            messages = [{"role": "user", "content": prompt}]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return prompt + "\n\n"
-
     def _ids(self, text: str) -> list[int]:
         special = not self.tokenizer.chat_template
         return self.tokenizer(text, add_special_tokens=special, verbose=False)["input_ids"]
 
-    def tokenize(self, prompt: str, response: str) -> tuple[list[int], int]:
-        """Token ids of one row and the number of tokens up to and including the prompt's last one."""
-        head = self._format_prompt(prompt)
-        text = head + response
-        end = self.config["reply_end"]
-        if end and not text.endswith(end):
-            text += end
-        ids, prompt_ids = self._ids(text), self._ids(head)
-        common = 0
-        while common < min(len(ids), len(prompt_ids)) and ids[common] == prompt_ids[common]:
-            common += 1
-        return self._truncate(ids, max(1, min(common, len(ids) - 1)))
+    def tokenize_many(self, prompts: list[Conversation], responses: list[str]) -> list[tuple[list[int], int]]:
+        """Token ids of each row and the number of tokens up to and including the prompt's last one."""
+        check_conversations(self.chat, prompts)
+        heads, texts = self.chat.format_pairs(self.tokenizer, list(prompts), list(responses))
+        rows = []
+        for head, text in zip(heads, texts, strict=True):
+            ids, prompt_ids = self._ids(text), self._ids(head)
+            common = 0
+            while common < min(len(ids), len(prompt_ids)) and ids[common] == prompt_ids[common]:
+                common += 1
+            rows.append(self._truncate(ids, max(1, min(common, len(ids) - 1))))
+        return rows
+
+    def tokenize(self, prompt: Conversation, response: str) -> tuple[list[int], int]:
+        """tokenize_many for one row."""
+        return self.tokenize_many([prompt], [response])[0]
 
     def _truncate(self, ids: list[int], prompt_len: int) -> tuple[list[int], int]:
         limit, special = self.config["max_length"], set(self.tokenizer.all_special_ids)
@@ -117,9 +151,9 @@ class ExportedRewardModel:
         return kept_head + response[:room] + response[len(response) - tail :], len(kept_head)
 
     # ------------------------------------------------------------------ token ids -> features
-    def _batch(self, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
+    def _batch(self, prompts: list[Conversation], responses: list[str]) -> dict[str, torch.Tensor]:
         """Right-padded ids, mask and the prompt's last position per row."""
-        rows = [self.tokenize(p, r) for p, r in zip(prompts, responses, strict=True)]
+        rows = self.tokenize_many(prompts, responses)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -209,9 +243,9 @@ class ExportedRewardModel:
 
     @torch.inference_mode()
     def encode(
-        self, prompts: list[str], responses: list[str], batch_size: int = 16
+        self, prompts: list[Conversation], responses: list[str], batch_size: int = 16
     ) -> dict[str, torch.Tensor]:
-        """The head's encoding of each (prompt, response) row (float32, CPU)."""
+        """The head's encoding of each (conversation, response) row (float32, CPU)."""
         parts: list[dict[str, torch.Tensor]] = []
         for start in range(0, len(prompts), batch_size):
             batch = self._batch(prompts[start : start + batch_size], responses[start : start + batch_size])
@@ -243,13 +277,13 @@ class ExportedRewardModel:
 
     def preference_prob(
         self,
-        prompts: list[str],
+        prompts: list[Conversation],
         responses_a: list[str],
         responses_b: list[str],
         n_samples: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """P(response a preferred to response b | prompt) per row."""
+        """P(response a preferred to response b | conversation) per row."""
         enc_a, enc_b = self.encode(prompts, responses_a), self.encode(prompts, responses_b)
         return self.preference_prob_encoded(enc_a, enc_b, n_samples, generator)
 
@@ -274,7 +308,7 @@ class ExportedRewardModel:
         sample = mean + eps * var.sqrt()
         return F.normalize(sample, p=2, dim=-1) if self.config["normalize"] else sample
 
-    def rewards(self, prompts: list[str], responses: list[str]) -> torch.Tensor:
+    def rewards(self, prompts: list[Conversation], responses: list[str]) -> torch.Tensor:
         """r(x, y) per row (bt heads only: gpm heads score pairs, not single responses)."""
         if self.config["head_type"] != "bt":
             raise TypeError(f"a {self.config['head_type']!r} head has no scalar reward per response")

@@ -24,7 +24,7 @@ from transformers import AutoModelForSequenceClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 from prefpipe.common.chat import reply_end
-from prefpipe.export.common import export_tokenizer, plain_backbone
+from prefpipe.export.common import export_tokenizer, plain_backbone, ship_chat_module
 from prefpipe.reward.heads.base import RewardHead
 from prefpipe.reward.model import RewardModel
 
@@ -108,6 +108,7 @@ def write_sequence_classification(rm: RewardModel, folder: Path) -> dict[str, An
     tokenizer.save_pretrained(folder)
     return {
         "format": "sequence-classification",
+        "chat": ship_chat_module(folder),
         "architecture": type(model).__name__,
         "reward_offset": offset,
         "pad_token_added": tokenizer.pad_token == PAD_TOKEN,

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prefpipe.common.chat import conversation_key
 from prefpipe.common.progress import progress
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
@@ -344,9 +345,14 @@ class RewardModel(nn.Module):
         the fast paths (truncations still counted per input row), every row on the plain path."""
         if not self.fast_paths:
             return self.encoder.tokenize_batch(list(prompts), list(responses)), list(range(len(prompts)))
-        distinct: dict[tuple[str, str], int] = {}
-        where = [distinct.setdefault(pair, len(distinct)) for pair in zip(prompts, responses, strict=True)]
-        unique = list(distinct)
+        distinct: dict[tuple[Any, str], int] = {}  # (conversation_key, response) -> index among the rows
+        where, unique = [], []
+        for pair in zip(prompts, responses, strict=True):
+            key = (conversation_key(pair[0]), pair[1])
+            if key not in distinct:
+                distinct[key] = len(unique)
+                unique.append(pair)
+            where.append(distinct[key])
         rows = self.encoder.tokenize_batch([p for p, _ in unique], [r for _, r in unique])
         copies = Counter(where)  # tokenize_batch counted each distinct cut row once
         for i, row in enumerate(rows):
