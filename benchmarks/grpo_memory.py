@@ -33,7 +33,8 @@ import common  # noqa: E402
 
 TINY = dict(hidden=64, inter=128, layers=2, heads=4, kv=2, head_dim=16)
 WIDE = {256: dict(hidden=256, inter=1024, heads=4, kv=2, head_dim=64),
-        512: dict(hidden=512, inter=2048, heads=8, kv=4, head_dim=64)}  # fmt: skip
+        512: dict(hidden=512, inter=2048, heads=8, kv=4, head_dim=64),
+        1024: dict(hidden=1024, inter=4096, heads=8, kv=4, head_dim=128)}  # fmt: skip
 BATCH = dict(prompts=4, G=8, prompt_len=32, tokens=16)  # 32 sequences, 16 trained tokens each
 
 
@@ -47,7 +48,7 @@ def cases() -> list[dict]:
     out = [_case(f"vocab {v}", "vocab", vocab=v) for v in (16000, 64000, 128000, 256000)]
     out += [_case(f"micro {m} of 32", "micro", micro=m) for m in (16, 8)]
     out += [_case("64 sequences, micro 64", "micro", prompts=8, micro=64)]
-    for h in (256, 512):
+    for h in WIDE:
         for layers in (2, 8):
             for gc_on in (False, True):
                 name = f"h{h} L{layers} gc {'on' if gc_on else 'off'}"

@@ -17,6 +17,7 @@ import torch
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
+from prefpipe.common.config import ConfigError
 from prefpipe.common.transformers_api import get_peft_model, output_cache, unwrap_peft
 from prefpipe.grpo import logprobs as logprobs_module
 from prefpipe.grpo.data_parallel import DataParallel
@@ -24,7 +25,7 @@ from prefpipe.grpo.kl import per_token_kl
 from prefpipe.grpo.logprobs import completion_logprobs, token_logprobs
 from prefpipe.grpo.reference import build_reference
 from prefpipe.grpo.rollout import Rollout
-from prefpipe.grpo.update import Learner, StepBatch, make_adamw, update
+from prefpipe.grpo.update import Learner, StepBatch, checkpointed, make_adamw, update
 
 N, P, C, BETA = 8, 5, 6, 0.04
 LENGTHS = [6, 2, 4, 1, 6, 3, 5, 2]  # trained tokens per row: ragged, so the normalisers differ
@@ -198,3 +199,13 @@ def test_chunked_entropy_and_log_probs_equal_the_fp64_definitions(monkeypatch, t
     (logp * weights).sum().backward()
     (plain * weights).sum().backward()
     assert torch.allclose(a.grad.float(), b.grad.float(), atol=1e-6)
+
+
+def test_gradient_checkpointing_errors_name_the_setting():
+    with pytest.raises(
+        ConfigError, match=r"grpo\.runs\.verifier\.gradient_checkpointing: 'yes' is not of type"
+    ):
+        grpo_settings({"gradient_checkpointing": "yes"})
+    refused = pytest.raises(ConfigError, match=r"grpo\.gradient_checkpointing: Linear does not support it")
+    with refused, checkpointed(torch.nn.Linear(2, 2), True):
+        pass
