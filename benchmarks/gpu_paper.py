@@ -23,7 +23,9 @@ reward   the paper's reward recipe per head (bt, gpm, bgpm): LoRA r 16 / alpha 3
          and 4·N·tokens/s (what a frozen base with LoRA computes: forward 2N, input gradients 2N; gradient
          checkpointing's re-forward is not useful work), N = parameters outside the embedding, peak --peak-tflops.
 grpo     the paper's GRPO step: LoRA policy (r 16, all-linear, reference = adapter off), bf16 weights, 16 prompts x
-         G 8, 64 new tokens, beta 0.04, micro-batch 32, prefpipe's own rollout engine (`plain`: the vLLM engine
+         G 8, 64 new tokens, beta 0.04, micro-batch 32 as paper_gemma2b.yaml (--grpo-micro-batch; runs before
+         this option had the whole batch of 128 in one micro-batch), grpo.gradient_checkpointing with
+         --grpo-gradient-checkpointing, prefpipe's own rollout engine (`plain`: the vLLM engine
          needs the vllm package, which a GPU machine without network and its 64 MiB carry cannot get). s/step,
          rollout s/step, generated tokens/s in the rollout, peak memory. A random model rarely stops, so the
          completions run to 64 tokens."""
@@ -51,9 +53,9 @@ SHAPES = {  # Gemma2Config fields besides the vocabulary
 }  # fmt: skip
 PLAN = {
     "2b": {"reward": dict(batch=32, micro_batch=4, max_length=512, steps=3, lr=1e-4),
-           "grpo": dict(prompts=16, G=8, tokens=64, beta=0.04, steps=2)},
+           "grpo": dict(prompts=16, G=8, tokens=64, beta=0.04, steps=2, micro_batch=32)},
     "tiny": {"reward": dict(batch=8, micro_batch=4, max_length=128, steps=2, lr=1e-4),
-             "grpo": dict(prompts=2, G=4, tokens=8, beta=0.04, steps=2)},
+             "grpo": dict(prompts=2, G=4, tokens=8, beta=0.04, steps=2, micro_batch=4)},
 }  # fmt: skip
 GUESS_S = {"reward": 120, "grpo_prefpipe": 120}
 
@@ -166,9 +168,11 @@ def run(a: argparse.Namespace) -> None:
         gpu.write(a.out, payload)
     if "grpo" not in a.sections:
         return finish(a, payload, t_start)
-    g = plan["grpo"]
+    g = {**plan["grpo"], "micro_batch": a.grpo_micro_batch or plan["grpo"]["micro_batch"],
+         "gradient_checkpointing": a.grpo_gradient_checkpointing}  # fmt: skip
     case = {**common_case, "kind": "grpo", "side": "prefpipe", "model_dir": str(base), "prompts": g["prompts"],
-            "G": g["G"], "tokens": g["tokens"], "beta": g["beta"], "lora": True, "steps": g["steps"]}  # fmt: skip
+            "G": g["G"], "tokens": g["tokens"], "beta": g["beta"], "lora": True, "steps": g["steps"],
+            "micro_batch": g["micro_batch"], "gradient_checkpointing": g["gradient_checkpointing"]}  # fmt: skip
     res = runner.run("grpo_prefpipe", case)
     payload["env"] = res.pop("env", None)
     payload["grpo"] = {**grpo_row(res), "settings": g}
@@ -193,6 +197,12 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path)
     ap.add_argument("--pairs", type=Path)
     ap.add_argument("--sections", default="reward,grpo", help="reward, grpo or both")
+    ap.add_argument(
+        "--grpo-micro-batch", type=int, help="grpo.micro_batch_size (default: the plan's, 32 for 2b)"
+    )
+    ap.add_argument(
+        "--grpo-gradient-checkpointing", action="store_true", help="grpo.gradient_checkpointing: true"
+    )
     run(ap.parse_args())
 
 

@@ -106,13 +106,15 @@ def _settings(case: dict):
     from support.settings import grpo_settings
 
     over = {"lora": {"enabled": True}} if case["lora"] else {}
+    if case.get("gradient_checkpointing"):  # gpu_paper.py --grpo-gradient-checkpointing
+        over["gradient_checkpointing"] = True
     if case.get("max_prompt_length"):
         over["max_prompt_length"] = case["max_prompt_length"]
     return grpo_settings(
         {
             "steps": case["steps"] + 1, "prompts_per_step": case["prompts"], "num_generations": case["G"],
             "max_new_tokens": case["tokens"], "temperature": 1.0, "beta": case["beta"], "learning_rate": 1e-5,
-            "micro_batch_size": case["prompts"] * case["G"], "mask_truncated_completions": False,
+            "micro_batch_size": case.get("micro_batch") or case["prompts"] * case["G"], "mask_truncated_completions": False,
             "sample_every": 0, "checkpoint_every": 0, "inspect_steps": [], "loss_type": "dapo",
             "epsilon_high": 0.2, "device": case.get("device", "cpu"), "dtype": case.get("dtype", "float32"),
             **over,

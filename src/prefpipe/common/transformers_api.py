@@ -76,3 +76,19 @@ def load_peft_adapter(model: torch.nn.Module, folder: str | os.PathLike, **kwarg
 
     with _peft_reads_deprecated_attribute():
         return PeftModel.from_pretrained(model, folder, **kwargs)
+
+
+def set_activation_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """Turn gradient (activation) checkpointing of a transformers model, or the one inside a peft wrapper, on
+    or off under the name this transformers version has (`activation_checkpointing_*` from 5.x, before that
+    `gradient_checkpointing_*`). Non-reentrant: a frozen base under a LoRA adapter needs no input gradients."""
+    target = unwrap_peft(model)
+    if on:
+        if hasattr(target, "activation_checkpointing_enable"):
+            target.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(target, "activation_checkpointing_disable"):
+        target.activation_checkpointing_disable()
+    else:
+        target.gradient_checkpointing_disable()

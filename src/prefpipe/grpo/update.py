@@ -8,11 +8,15 @@ forwarded once, `grpo/fast/packing.py`); the loss of every micro-batch is normal
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
+from prefpipe.common.config import ConfigError
+from prefpipe.common.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo import diagnostics
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines import correction
@@ -203,6 +207,26 @@ def _step_optimizer(learner: Learner, it: int, it_sums: torch.Tensor) -> float:
     return float(grad_norm)
 
 
+@contextlib.contextmanager
+def checkpointed(policy: torch.nn.Module, on: bool) -> Iterator[None]:
+    """grpo.gradient_checkpointing: the policy's layers recompute their activations in the backward while the
+    training passes run, and only then; rollouts, old/reference log-probs and the learning curve (all without
+    gradients, which checkpointing would not shrink) keep their KV cache. The shared-prompt micro-batches fall
+    back to one packed call when the model returns no cache (grpo/fast/shared_prompt.py)."""
+    if not on:
+        yield
+        return
+    if not getattr(unwrap_peft(policy), "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"grpo.gradient_checkpointing: {type(unwrap_peft(policy)).__name__} does not support it"
+        )
+    set_activation_checkpointing(policy, True)
+    try:
+        yield
+    finally:
+        set_activation_checkpointing(policy, False)
+
+
 def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
     """num_iterations optimizer passes over the batch; the step's update metrics."""
     s, dp, ro = learner.settings, learner.dp, batch.rollout
@@ -225,13 +249,14 @@ def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
     sums = torch.zeros(5, dtype=torch.float64, device=learner.device)
     first_iteration_loss, grad_norms = 0.0, []
     learner.policy.train()
-    for it in range(s.num_iterations):
-        learner.optimizer.zero_grad(set_to_none=True)
-        it_sums = dp.sum(_iteration(learner, batch, micro, frozen, norms, first if it == 0 else None))
-        sums += it_sums
-        if it == 0:
-            first_iteration_loss = float(it_sums[0])
-        grad_norms.append(_step_optimizer(learner, it, it_sums))
+    with checkpointed(learner.policy, s.gradient_checkpointing):
+        for it in range(s.num_iterations):
+            learner.optimizer.zero_grad(set_to_none=True)
+            it_sums = dp.sum(_iteration(learner, batch, micro, frozen, norms, first if it == 0 else None))
+            sums += it_sums
+            if it == 0:
+                first_iteration_loss = float(it_sums[0])
+            grad_norms.append(_step_optimizer(learner, it, it_sums))
     metrics = _metrics(learner, batch, (sums, first_iteration_loss), norms, grad_norms, prompt_tokens, first)
     if s.num_iterations > 1:
         metrics["max_abs_log_ratio_old"] = _max_change(learner, batch, micro, frozen[0], first)

@@ -21,7 +21,7 @@ from transformers.models.auto.modeling_auto import (
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.model_errors import model_load
-from prefpipe.common.transformers_api import get_peft_model, unwrap_peft
+from prefpipe.common.transformers_api import get_peft_model, set_activation_checkpointing, unwrap_peft
 from prefpipe.settings.reward import BackboneSettings, LoraSettings
 
 log = logging.getLogger(__name__)
@@ -160,10 +160,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     target = unwrap_peft(model)
     if not getattr(target, "supports_gradient_checkpointing", False):
         raise ConfigError(f"backbone.gradient_checkpointing: {type(target).__name__} does not support it")
-    if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5.x name
-        target.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    set_activation_checkpointing(target, True)
     if hasattr(target.config, "use_cache"):
         target.config.use_cache = False
 

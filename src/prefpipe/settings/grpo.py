@@ -85,6 +85,7 @@ class GrpoSettings(RunSettings):
     mask_mode: str  # completion | with_prompt (debugging switch: a deliberately wrong mask)
     reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
+    gradient_checkpointing: bool  # the policy's training forward only (generation keeps its KV cache)
     lora: GrpoLoraSettings
     rollout: RolloutSettings
     rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults
