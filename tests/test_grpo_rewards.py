@@ -75,6 +75,38 @@ def test_weighted_sum_and_bad_values():
         compute_rewards([WeightedReward("nan", 1.0, lambda i: torch.full((8,), float("nan")))], inputs())
 
 
+def test_a_gated_reward_pays_only_where_its_gate_is_positive():
+    # verifier on COMPLETIONS: [1, 0, 0, 0, 1, 0, 0, 0]; the gated reward 0.5 * (k + 1) counts on positions 0 and 4
+    specs = [reward_spec("verifier"), reward_spec("format", name="style", weight=0.5, gate="verifier")]
+    built = build_rewards(specs)
+    built[1].fn = lambda i: torch.arange(1.0, 9.0)
+    total, parts = compute_rewards(built, inputs())
+    assert total.tolist() == [1 + 0.5 * 1, 0, 0, 0, 1 + 0.5 * 5, 0, 0, 0]
+    assert parts["style"].tolist() == list(
+        range(1, 9)
+    )  # raw values stay ungated (the hacking series reads them)
+    # no completion right: nothing but the (zero) verifier reaches the total, whatever the gated reward says
+    total, _ = compute_rewards(built, inputs(answers=["7"] * G + ["maybe"] * G))
+    assert total.tolist() == [0.0] * 8
+
+
+def test_gate_errors_name_the_key():
+    with pytest.raises(
+        ConfigError, match=r"grpo.rewards\[1\].gate 'nope' must name another reward.*\['verifier'\]"
+    ):
+        build_rewards([reward_spec("verifier"), reward_spec("format", gate="nope")])
+    with pytest.raises(ConfigError, match=r"grpo.rewards\[0\].gate 'verifier' must name another"):
+        build_rewards([reward_spec("verifier", gate="verifier")])
+    with pytest.raises(ConfigError, match=r"grpo.rewards\[2\].gate 'format' is itself gated"):
+        build_rewards(
+            [
+                reward_spec("verifier"),
+                reward_spec("format", gate="verifier"),
+                reward_spec("token_f1", gate="format"),
+            ]
+        )
+
+
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"grpo.rewards\[0\].type"):
         build_rewards([reward_spec("bleu")])

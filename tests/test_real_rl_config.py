@@ -27,9 +27,8 @@ def test_shared_sections_are_real_smalls():
 def test_runs_are_the_three_arms_with_their_seeds():
     settings = pipeline(RL)
     runs = settings.grpo
-    assert list(runs) == [f"verifier_s{i}" for i in range(3)] + [f"verifier_gpm_s{i}" for i in range(3)] + [
-        "gpm_only"
-    ]
+    seeded = ("verifier", "verifier_gpm", "verifier_gpm_gated")
+    assert list(runs) == [f"{arm}_s{i}" for arm in seeded for i in range(3)] + ["gpm_only"]
     for name, run in runs.items():
         assert (run.steps, run.learning_rate, run.beta) == (40, 1e-5, 0.0), name
         assert run.eval.split == "heldout" and run.validation_prompts == 0 and run.eval.curve_every == 10
@@ -37,14 +36,27 @@ def test_runs_are_the_three_arms_with_their_seeds():
         expected = {
             "verifier": ["verifier"],
             "verifier_gpm": ["verifier", "reward_model"],
+            "verifier_gpm_gated": ["verifier", "reward_model"],
             "gpm_only": ["reward_model"],
         }
         assert types == expected[name.rsplit("_s", 1)[0] if name != "gpm_only" else name], name
-    assert [runs[f"verifier_s{i}"].seed for i in range(3)] == [0, 1, 2]
-    assert [runs[f"verifier_gpm_s{i}"].seed for i in range(3)] == [0, 1, 2]
+    for arm in seeded:
+        assert [runs[f"{arm}_s{i}"].seed for i in range(3)] == [0, 1, 2]
+    # the gated arm: the same reward model term, paid only where the verifier says right
+    for i in range(3):
+        gated, plain = runs[f"verifier_gpm_gated_s{i}"].rewards[1], runs[f"verifier_gpm_s{i}"].rewards[1]
+        assert (gated["gate"], gated["transform"], gated["weight"]) == (
+            "verifier",
+            "sigmoid",
+            plain["weight"],
+        )
     comparison = settings.report.policy_comparison
     assert comparison.arm_runs(list(runs))["gpm_only"] == ["gpm_only"]
-    assert comparison.contrasts == [["verifier_gpm", "verifier"], ["gpm_only", "verifier"]]
+    assert comparison.contrasts == [
+        ["verifier_gpm", "verifier"],
+        ["verifier_gpm_gated", "verifier"],
+        ["gpm_only", "verifier"],
+    ]
 
 
 def test_sweep_evaluates_on_held_back_training_prompts_only(tmp_path):

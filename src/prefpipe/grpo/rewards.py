@@ -59,6 +59,7 @@ class WeightedReward:
     name: str
     weight: float
     fn: RewardFn
+    gate: str | None = None  # counts only on completions where the named reward is > 0 (grpo.rewards[].gate)
 
 
 # ----------------------------------------------------------------------------------------- rule rewards
@@ -258,14 +259,37 @@ def build_rewards(specs: list[dict], reward_model=None) -> list[WeightedReward]:
             fn = source.factory(spec, reward_model)
         except ConfigError as err:
             raise ConfigError(f"{key} ({spec['type']}): {err}") from err
-        built.append(WeightedReward(name, float(spec["weight"]), fn))
+        built.append(WeightedReward(name, float(spec["weight"]), fn, spec.get("gate")))
+    _check_gates(built)
     return built
+
+
+def _check_gates(rewards: list[WeightedReward]) -> None:
+    """A gate names another reward that is not itself gated (one level: what pays is always a plain reward)."""
+    gated = {r.name: r.gate for r in rewards if r.gate is not None}
+    names = [r.name for r in rewards]
+    for pos, reward in enumerate(rewards):
+        if reward.gate is None:
+            continue
+        if reward.gate == reward.name or reward.gate not in names:
+            others = [n for n in names if n != reward.name]
+            raise ConfigError(
+                f"grpo.rewards[{pos}].gate {reward.gate!r} must name another reward of the list: {others}"
+            )
+        if reward.gate in gated:
+            raise ConfigError(
+                f"grpo.rewards[{pos}].gate {reward.gate!r} is itself gated; a gate must be an ungated reward"
+            )
 
 
 def compute_rewards(
     rewards: list[WeightedReward], inputs: RewardInputs
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Weighted total (N,) and each function's raw values; a non-finite value is an error naming the function."""
+    """Weighted total (N,) and each function's raw values; a non-finite value is an error naming the function.
+
+    A gated reward adds its weighted value only where its gate reward is > 0 (for example a reward model that
+    ranks the verified answers among themselves and pays nothing where the verifier says wrong); its raw values
+    in `parts` stay ungated, so the reward-hacking series reads what the model itself scored."""
     total = torch.zeros(len(inputs.completions))
     parts: dict[str, torch.Tensor] = {}
     for reward in rewards:
@@ -278,6 +302,10 @@ def compute_rewards(
             bad = int((~torch.isfinite(values)).sum())
             raise ValueError(f"reward {reward.name!r} returned {bad} non-finite values")
         parts[reward.name] = values
+    for reward in rewards:
+        values = parts[reward.name]
+        if reward.gate is not None:
+            values = values * (parts[reward.gate] > 0).float()
         total = total + reward.weight * values
     return total, parts
 
