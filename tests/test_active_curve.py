@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from support.settings import pipeline
 
-from prefpipe.active.curve import labels_to_reach, needed_table
+from prefpipe.active.curve import labels_to_reach, needed_table, summarize
+from prefpipe.active.pool_scores import SCORES
 
 
 def test_labels_to_reach_interpolates_between_the_rounds_around_the_target():
@@ -39,3 +41,25 @@ def test_needed_table_by_hand():
     accuracy["bgpm"][1] = [0.60, 0.62, 0.71]  # never reaches 0.72: no mean, the count says so
     row = needed_table(settings, accuracy)["bgpm"]
     assert row["per_seed"][1] is None and row["reached"] == 1 and "labels" not in row
+
+
+def test_summarize_reads_each_rounds_learner_scores_from_the_layout(tmp_path):
+    settings = pipeline(
+        {"active_learning": {"enabled": True, "strategies": ["random", "bgpm"], "rounds": 2, "seeds": [3],
+                             "ensemble": None, "initial_labels": 10, "labels_per_round": 5}}
+    ).active_learning  # fmt: skip
+    # test scores with a tie (0 counts wrong, as in the eval) and pool rows the curve must ignore
+    scores = {
+        ("initial", 0): [1.0, -1.0, 0.0, 2.0],
+        ("random", 1): [1.0, 1.0, -1.0, 2.0],
+        ("bgpm", 1): [1.0] * 4,
+    }
+    for (arm, round_), test in scores.items():
+        folder = tmp_path / arm / "seed3" / f"round{round_}" / "scores" / "bgpm"
+        folder.mkdir(parents=True)
+        rows = {"id": list("abcdxy"), "split": ["test"] * 4 + ["pool"] * 2, "score": [*test, -5.0, -5.0]}
+        pd.DataFrame({**rows, "variance": 0.1, "tau": 1.0}).to_parquet(folder / SCORES)
+    summary = summarize(settings, tmp_path)
+    assert summary["labels"] == [10, 15]
+    assert summary["accuracy"] == {"random": {3: [0.5, 0.75]}, "bgpm": {3: [0.5, 1.0]}}
+    assert summary["labels_needed"]["bgpm"]["per_seed"] == {3: pytest.approx(10 + 0.25 / 0.5 * 5)}

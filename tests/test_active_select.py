@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from support.settings import pipeline
 
-from prefpipe.active.layout import INITIAL, trained
+from prefpipe.active.layout import INITIAL, pool_readers, trained
 from prefpipe.active.select import check_strategies, random_pick, select, top_k
 from prefpipe.common.config import ConfigError
 
@@ -126,3 +126,8 @@ def test_a_round_trains_the_learner_and_only_the_scorers_the_next_selection_read
     assert trained(settings, "random", 1) == ["bgpm"]
     assert trained(settings, "ensemble", 1) == ["bgpm", "gpm", "bt"]
     assert trained(settings, "ensemble", 2) == ["bgpm"]  # the last round: nothing selects from it
+    # whose pool scores a selection reads: the learner's only in the bgpm arm, never after the last round
+    assert pool_readers(settings, INITIAL, 0) == ["bgpm", "gpm", "bt"]
+    assert pool_readers(settings, "bgpm", 1) == ["bgpm"]
+    assert pool_readers(settings, "ensemble", 1) == ["gpm", "bt"]
+    assert pool_readers(settings, "random", 1) == [] == pool_readers(settings, "bgpm", 2)

@@ -69,10 +69,11 @@ def _selection(wf: Path, arm: str, seed: int, round_: int) -> dict:
     )
 
 
-@pytest.mark.slow  # 36 real jobs: about 5 min on one shared core
+@pytest.mark.slow  # 36 real jobs: 5 min on one idle core
 def test_a_tiny_run_over_two_rounds(tmp_path):
     wf = _workflow(tmp_path)
-    done = run_snakemake(wf, "--cores", "1", f"{ROOT}/summary.json", "--configfile", TINY, "active.yaml")
+    run = ("--cores", "1", f"{ROOT}/summary.json", "--configfile", TINY, "active.yaml")
+    done = run_snakemake(wf, *run, timeout=1800)  # 36 jobs of seconds each, slower on a busy machine
     assert done.returncode == 0, done.output
     train_ids = [json.loads(line)["id"] for line in (wf / "results/ci-tiny/data/pairs_train.jsonl").open()]
     for seed in (0, 1):
@@ -94,6 +95,10 @@ def test_a_tiny_run_over_two_rounds(tmp_path):
         assert ensemble["labelled"] == first["labelled"] + ensemble["added"]
         rows = (wf / ROOT / "ensemble" / f"seed{seed}" / "round1" / "data" / "pairs_train.jsonl").read_text()
         assert len(rows.splitlines()) == 30
+        last = pd.read_parquet(
+            wf / ROOT / "random" / f"seed{seed}" / "round1" / "scores" / "bgpm" / "scores.parquet"
+        )
+        assert set(last["split"]) == {"test"}  # no selection reads the last round's pool
     summary = json.loads((wf / ROOT / "summary.json").read_text())
     assert summary["labels"] == [20, 30]
     for seed in ("0", "1"):  # round 0 is one model per seed, shared by every strategy

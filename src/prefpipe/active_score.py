@@ -1,7 +1,7 @@
 """Stage of the al_score rule: score one round's model on its pool and on the test pairs (issue 33 item 4).
 
     python -m prefpipe.active_score --config '<json>' --model <round>/reward/<variant>/model --data results/data \\
-        --labelled <round>/data --out <round>/scores/<variant>
+        --labelled <round>/data --pool 1 --out <round>/scores/<variant>
 What it writes: prefpipe.active.pool_scores.
 """
 
@@ -19,12 +19,14 @@ PATHS = {
     "model": PathArg("the round's trained reward model", "model"),
     "data": PathArg("the experiment's data folder (pairs_train.jsonl, pairs_test.jsonl)"),
     "labelled": PathArg("the round's data folder (selection.json: the labelled ids)"),
+    "pool": PathArg("1: score the pool too (a selection reads it), 0: the test pairs only", "int"),
     "out": PathArg("output folder for scores.parquet", "out"),
 }
 
 
 def run(settings: ActiveLearningSettings, args: argparse.Namespace) -> None:
-    score_round(settings, Path(args.model), Path(args.data), Path(args.labelled), Path(args.out))
+    paths = (Path(args.model), Path(args.data), Path(args.labelled), Path(args.out))
+    score_round(settings, *paths, pool=int(args.pool) > 0)
 
 
 def main(argv: list[str] | None = None) -> int:

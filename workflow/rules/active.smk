@@ -125,10 +125,15 @@ rule al_score:
         **al_params("scores"),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
         labelled=lambda wildcards, input: os.path.dirname(input.selection),
+        pool=lambda wildcards: int(
+            wildcards.variant
+            in al_layout.pool_readers(AL, wildcards.arm, int(wildcards.round))
+        ),
     shell:
         stage_shell(
             "active_score",
-            "--model {input.model:q} --data {params.data:q} --labelled {params.labelled:q}",
+            "--model {input.model:q} --data {params.data:q} --labelled {params.labelled:q}"
+            " --pool {params.pool}",
         )
 
 

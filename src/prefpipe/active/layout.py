@@ -26,12 +26,15 @@ def round_dir(root: str, strategy: str, seed: int, round_: int) -> str:
     return f"{root}/{arm(strategy, round_)}/seed{seed}/round{round_}"
 
 
+def pool_readers(settings: ActiveLearningSettings, arm_name: str, round_: int) -> list[str]:
+    """The variants whose pool scores a selection reads from this round: the scorers of the strategies that
+    pick the next round's labels from it (none after the last round)."""
+    if round_ + 1 >= settings.rounds:
+        return []
+    strategies = settings.strategies if arm_name == INITIAL else [arm_name]
+    return list(dict.fromkeys(v for s in strategies for v in acquisition(s).scorers(settings)))
+
+
 def trained(settings: ActiveLearningSettings, arm_name: str, round_: int) -> list[str]:
-    """The variants a round trains: the learner (the curve), and the scorers of the strategies that select the
-    next round's labels from this one (none after the last round)."""
-    names = [settings.learner]
-    if round_ + 1 < settings.rounds:
-        strategies = settings.strategies if arm_name == INITIAL else [arm_name]
-        for strategy in strategies:
-            names += acquisition(strategy).scorers(settings)
-    return list(dict.fromkeys(names))
+    """The variants a round trains: the learner (the curve) and the pool readers."""
+    return list(dict.fromkeys([settings.learner, *pool_readers(settings, arm_name, round_)]))

@@ -41,19 +41,22 @@ def _score(model: Any, rows: list[dict[str, Any]], split: str, batch_size: int) 
 
 
 def score_round(
-    settings: ActiveLearningSettings, model_dir: Path, data: Path, labelled: Path, out: Path
+    settings: ActiveLearningSettings, model_dir: Path, data: Path, labelled: Path, out: Path, pool: bool
 ) -> Path:
     """Write <out>/scores.parquet for the model in model_dir (data: the experiment's data folder; labelled:
-    the round's data folder, whose selection.json says which training pairs are labelled)."""
+    the round's data folder, whose selection.json says which training pairs are labelled); the pool rows only
+    when a selection reads them (`pool`)."""
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     rows = training_rows(data)
-    pool = set(pool_ids(rows, labelled_ids(labelled)))
+    unlabelled = set(pool_ids(rows, labelled_ids(labelled))) if pool else set()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_reward_model(model_dir, device=device, fast_paths=settings.fast_paths)
     parts = [_score(model, read_jsonl(data / TEST), TEST_SPLIT, settings.batch_size)]
-    if pool:
-        parts.append(_score(model, [r for r in rows if str(r["id"]) in pool], POOL, settings.batch_size))
+    if unlabelled:
+        parts.append(
+            _score(model, [r for r in rows if str(r["id"]) in unlabelled], POOL, settings.batch_size)
+        )
     frame = pd.concat(parts, ignore_index=True)
     frame[TAU] = float(model.tau)
     out.mkdir(parents=True, exist_ok=True)
@@ -61,6 +64,9 @@ def score_round(
         frame.to_parquet(tmp, index=False)
     test = frame[frame["split"] == TEST_SPLIT]
     log.info(
-        "scored %d pool and %d test pairs; test accuracy %.4f", len(pool), len(test), (test[SCORE] > 0).mean()
+        "scored %d pool and %d test pairs; test accuracy %.4f",
+        len(unlabelled),
+        len(test),
+        (test[SCORE] > 0).mean(),
     )
     return out / SCORES

@@ -118,8 +118,7 @@ def claims(ctx: Context) -> list[Claim]:
         return []
     final = summary["labels"][-1]
     text = (
-        f"Active learning: to reach random selection's accuracy after {final} labels, "
-        + "; ".join(parts)
-        + "."
+        f"Active learning: to reach the test accuracy random selection has after {final} labels (mean ± sd "
+        "over seeds), " + "; ".join(parts) + "."
     )
     return [Claim(text, TABLE_ANCHOR)]
