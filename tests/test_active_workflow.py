@@ -107,8 +107,9 @@ def test_a_tiny_run_over_two_rounds(tmp_path):
     assert (
         _planned(run_snakemake(wf, "-n", f"{ROOT}/summary.json", "--configfile", TINY, "active.yaml")) == {}
     )
-    # A third round reruns no finished job: per seed the ensemble's members on round 1 (now read by a
-    # selection) and round 2's three learners, their scores and selections, then the curve.
+    # A third round reruns no finished training: per seed the ensemble's members on round 1 (now read by a
+    # selection), the bgpm learner's round-1 scores again (now with its pool) and round 2's three learners,
+    # their scores and selections, then the curve.
     (wf / "more.yaml").write_text(yaml.safe_dump({"active_learning": {"rounds": 3}}))
     more = run_snakemake(wf, "-n", f"{ROOT}/summary.json", "--configfile", TINY, "active.yaml", "more.yaml")
-    assert _planned(more) == {"al_select": 6, "al_train": 10, "al_score": 10, "al_curve": 1}
+    assert _planned(more) == {"al_select": 6, "al_train": 10, "al_score": 12, "al_curve": 1}
