@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 
-from support.results_tree import manifest, write_results_tree
-from support.settings import report_settings
+from support.results_tree import manifest, report_markdown, write_results_tree
 
 from prefpipe.report.inputs import Manifest
-from prefpipe.report.write import build
 
 
 def _auroc(value, low, high):
@@ -59,9 +57,7 @@ def _add_blocks(root):
 def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=3, grpo_steps=3)
-    cfg = report_settings({"figure_dpi": 50}, experiment="synthetic-default", seed=0)
-    build(cfg, root, tmp_path / "plain", manifest())
-    plain = (tmp_path / "plain" / "report.md").read_text()
+    plain = report_markdown(root, tmp_path / "plain")
     assert "## Uncertainty" not in plain and "uncertainty informative" not in plain
 
     _add_blocks(root)
@@ -69,8 +65,7 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
     files.files["eval_ensemble"] = {"gpm-ensemble": "eval_ensemble/gpm-ensemble/summary.json"}
     # `prefpipe report` on a folder whose report never ran lists the ensembles it finds
     assert Manifest.listed(root).files["eval_ensemble"] == files.files["eval_ensemble"]
-    build(cfg, root, tmp_path / "out", files)
-    md = (tmp_path / "out" / "report.md").read_text()
+    md = report_markdown(root, tmp_path / "out", files)
     answers = md.split("## Uncertainty", 1)[0]
     assert (
         "Is the Bayesian GPM's uncertainty informative? On synthetic, bgpm's AUROC [95%] for its errors: "

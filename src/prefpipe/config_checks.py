@@ -1,10 +1,11 @@
 """Config checks that need a registry owned above the settings layer, run once on the whole experiment.
 
-The settings layer (prefpipe.settings) checks what the config alone can say. Four facts belong to higher
+The settings layer (prefpipe.settings) checks what the config alone can say. Five facts belong to higher
 layers: the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world), the
 reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads.registry), the verifiers
-`data.prompts.verifier` may name (prefpipe.data.verifier) and which GRPO rewards read prompt answers
-(prefpipe.grpo.rewards). This top-layer module asks each owner and names the config key. The workflow builds
+`data.prompts.verifier` may name (prefpipe.data.verifier), which GRPO rewards read prompt answers
+(prefpipe.grpo.rewards) and which strategies active learning may name and the heads each reads
+(prefpipe.active.select). This top-layer module asks each owner and names the config key. The workflow builds
 its settings through `checked_pipeline` (workflow/rules/common.smk), as do the tests (tests/support/settings.py);
 a stage started by hand asks its own owner again when it starts (build_reward_model, load_rl_prompt_rows,
 grpo.train).
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefpipe.active.select import check_strategies
 from prefpipe.common.config import ConfigError
 from prefpipe.data.synthetic_noise import check_switches
 from prefpipe.data.synthetic_world import SUBSETS
 from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.rewards import answer_reward_keys
-from prefpipe.reward.heads.registry import check_head_settings
+from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
 from prefpipe.settings.pipeline import PipelineSettings
 
@@ -42,6 +44,10 @@ def check_registered(settings: PipelineSettings) -> PipelineSettings:
             raise ConfigError(f"reward.variants.{name}.{err}") from err
     if settings.data.prompts.verifier == NO_VERIFIER:
         _check_prompt_answers(settings)
+    if settings.active_learning is not None:
+        check_strategies(
+            settings.active_learning, lambda v: get_head_class(settings.reward[v].head.type).bayesian
+        )
     return settings
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import re
@@ -7,6 +8,8 @@ import shlex
 # virtualenv's editable install, or workflow/envs/prefpipe.yaml under --use-conda): nothing is put on a path
 # from here. `exec` makes the stage's parent Snakemake itself, so the stage gets SIGTERM when Snakemake dies,
 # even by SIGKILL (prefpipe.common.interrupts.die_with_parent): it checkpoints and stops instead of running on.
+from prefpipe.active import layout as al_layout
+from prefpipe.active.select import acquisition
 from prefpipe.common import model_ref, results_owner, slurm_guard
 from prefpipe.settings import schema
 
@@ -220,11 +223,69 @@ def ablation_summary():
     return [f"{RESULTS}/ablation/summary.json"] if SETTINGS.ablation is not None else []
 
 
+# results/active_learning (layout: prefpipe.active.layout; rules: active.smk); None when it is off
+AL = SETTINGS.active_learning
+AL_ROOT = f"{RESULTS}/{al_layout.FOLDER}"
+AL_ROUND = f"{AL_ROOT}/{{arm}}/seed{{seed}}/round{{round}}"
+
+
+def active_learning_summary():
+    """results/active_learning/summary.json when active_learning.enabled (the report reads it)."""
+    return [f"{AL_ROOT}/summary.json"] if SETTINGS.active_learning is not None else []
+
+
+def al_reward_settings(variant, seed):
+    """A variant's settings trained on a round's labels: its seed plus the active-learning seed."""
+    settings = SETTINGS.reward[variant]
+    return dataclasses.replace(settings, seed=settings.seed + int(seed))
+
+
+def al_params(out_of, *keys):
+    """stage_params of an active-learning stage whose `provenance` holds only the settings that change its
+    output (`keys`, with the run-wide ones), so adding a round or a seed reruns no finished round.
+    """
+    params = stage_params(lambda wildcards: AL, out_of)
+    wanted = {"experiment", "seed", "fast_paths", *keys}
+    params["provenance"] = lambda wildcards: json.dumps(
+        {k: v for k, v in json.loads(stage_config(AL, None)).items() if k in wanted},
+        sort_keys=True,
+    )
+    return params
+
+
+def al_previous(wildcards):
+    """The previous round's labelled set and the pool scores its strategy reads."""
+    round_ = int(wildcards.round) - 1
+    folder = al_layout.round_dir(AL_ROOT, wildcards.arm, int(wildcards.seed), round_)
+    return {
+        "previous": f"{folder}/data/selection.json",
+        "scores": [
+            f"{folder}/scores/{v}/scores.parquet"
+            for v in acquisition(wildcards.arm).scorers(AL)
+        ],
+    }
+
+
+def al_curve_inputs():
+    """The learner's scores and the labelled set of every strategy, seed and round."""
+    files = []
+    for strategy in AL.strategies if AL is not None else []:
+        for seed in AL.seeds:
+            for round_ in range(AL.rounds):
+                folder = al_layout.round_dir(AL_ROOT, strategy, seed, round_)
+                files += [
+                    f"{folder}/scores/{AL.learner}/scores.parquet",
+                    f"{folder}/data/selection.json",
+                ]
+    return list(dict.fromkeys(files))
+
+
 def all_targets():
     targets = [f"{RESULTS}/data/summary.json", *base_summary()]
     targets += [f"{RESULTS}/eval/{v}/summary.json" for v in reward_variants()]
     targets += ablation_summary()
     targets += ensemble_summaries()
+    targets += active_learning_summary()
     targets += [f"{RESULTS}/policy_eval/{r}/summary.json" for r in grpo_runs()]
     targets += hypotheses_summary()
     if SETTINGS.report is not None:
@@ -384,6 +445,7 @@ def report_manifest(input):
         "data": [""],
         "base": [""] if input.base else [],
         "ablation": [""] if input.ablation else [],
+        "active_learning": [""] if input.active_learning else [],
         "grpo_hypotheses": [""] if input.grpo_hypotheses else [],
     }
     for kind in ("reward", "reward_metrics", "eval"):

@@ -3,6 +3,7 @@ rule report:
         data=rules.prep_data.output.summary,
         base=base_summary(),
         ablation=ablation_summary(),
+        active_learning=active_learning_summary(),
         reward=expand(
             rules.train_reward_model.output.summary, variant=reward_variants()
         ),

@@ -59,7 +59,9 @@ __all__ = ["StageInterrupted", "PathArg", "run_stage", "check_path", "parse_stag
 @dataclass(frozen=True)
 class PathArg:
     """One path argument: `dir`, `file`, `model` (a model folder, or a hub id where no such path exists),
-    or `out` (created by the stage). `required=False` makes it optional (None when absent)."""
+    or `out` (created by the stage); or a value beside the paths: `int` (a non-negative integer, such as a
+    round taken from a rule's wildcard) or `name` (a name the stage checks itself). `required=False` makes it
+    optional (None when absent)."""
 
     help: str
     kind: str = "dir"
@@ -69,6 +71,8 @@ class PathArg:
 def check_path(flag: str, value: str | None, spec: PathArg) -> None:
     if value is None or spec.kind == "out":
         return
+    if spec.kind == "int" and not value.isdigit():
+        raise UserError(f"{flag} {value}: not a non-negative integer")
     path = Path(value)
     if spec.kind == "file" and not path.is_file():
         raise UserError(f"{flag} {value}: no such file")

@@ -33,6 +33,7 @@ LAYOUT = {
     "policy_examples": "policy_eval/{name}/per_example.jsonl",
     "grpo_hypotheses": "grpo_hypotheses/summary.json",
     "ablation": "ablation/summary.json",
+    "active_learning": "active_learning/summary.json",
 }
 VARIANT_KINDS = ("reward", "reward_metrics", "eval")
 RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "grpo_curve", "policy_eval", "policy_examples")
@@ -40,7 +41,8 @@ RUN_KINDS = ("grpo", "grpo_metrics", "grpo_samples", "grpo_curve", "policy_eval"
 
 @dataclass(frozen=True)
 class Manifest:
-    """kind -> {name: path relative to the results folder}; `data`, `base` and `ablation` use the name ""."""
+    """kind -> {name: path relative to the results folder}; `data`, `base`, `ablation` and `active_learning` use
+    the name ""."""
 
     files: dict[str, dict[str, str]]
 
@@ -52,6 +54,7 @@ class Manifest:
             "data": {"": LAYOUT["data"]},
             "base": {"": LAYOUT["base"]},
             "ablation": {"": LAYOUT["ablation"]},
+            "active_learning": {"": LAYOUT["active_learning"]},
         }
         for kind in VARIANT_KINDS:
             files[kind] = {v: LAYOUT[kind].format(name=v) for v in variants}

@@ -19,6 +19,7 @@ from prefpipe.common import model_ref, secrets
 from prefpipe.common.config import ConfigError, check_plain_tree, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
+from prefpipe.settings.active import ActiveLearningSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
 from prefpipe.settings.data import DataSettings
@@ -76,6 +77,7 @@ class PipelineSettings:
     grpo: dict[str, GrpoSettings]  # the runs this run trains (grpo.enabled and grpo.only applied)
     # None when ablation.enabled is false or no ablation row has both of its variants trained
     ablation: AblationStageSettings | None
+    active_learning: ActiveLearningSettings | None  # None when active_learning.enabled is false
     report: ReportSettings | None  # None when report.enabled is false
     hypotheses: HypothesesSettings | None  # grpo.hypotheses (None: no grid, or no GRPO runs)
     accelerate_config: (
@@ -121,7 +123,6 @@ class PipelineSettings:
             section = {**grpo_section["hypotheses"], "diagnostics": raw["report"]["diagnostics"]}
             hypotheses = stage(HypothesesSettings, section, "grpo.hypotheses")
             _check_hypothesis_runs(hypotheses, list(grpo))
-        ablation = _ablation(raw["ablation"], variants, declared, stage)
         report = stage(ReportSettings, report_section, "report") if raw["report"]["enabled"] else None
         if report is not None:  # against the declared runs: an experiment may narrow some away (grpo.only)
             report.policy_comparison.check(list(grpo_section["runs"]))
@@ -137,7 +138,8 @@ class PipelineSettings:
                 "eval",
             ),
             grpo=grpo,
-            ablation=ablation,
+            ablation=_ablation(raw["ablation"], variants, declared, stage),
+            active_learning=_active_learning(raw, variants, stage),
             report=report,
             hypotheses=hypotheses,
             accelerate_config=raw["launch"]["accelerate_config"],
@@ -221,6 +223,27 @@ def _ablation(
         return None
     settings.check_names(declared)
     return settings if settings.contrasts() else None
+
+
+def _active_learning(raw: dict[str, Any], trained: list[str], stage: Any) -> ActiveLearningSettings | None:
+    """The active-learning rules' settings, or None when switched off. Its learner is a trained variant and its
+    ensemble an eval.ensembles entry (whose members are trained: _check_ensembles)."""
+    section, ensembles = raw["active_learning"], raw["eval"]["ensembles"]
+    own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
+    name = own["ensemble"]
+    if section["enabled"] and name is not None and name not in ensembles:
+        raise ConfigError(
+            f"active_learning.ensemble = {name!r} is not an eval.ensembles entry ({sorted(ensembles)})"
+        )
+    members = list(ensembles[name]) if section["enabled"] and name is not None else []
+    settings = stage(ActiveLearningSettings, own, "active_learning", members=members)
+    if not section["enabled"]:
+        return None
+    if settings.learner not in trained:
+        raise ConfigError(
+            f"active_learning.learner = {settings.learner!r} is not a trained variant ({trained})"
+        )
+    return settings
 
 
 def _report_section(raw: dict[str, Any]) -> dict[str, Any]:
@@ -307,6 +330,7 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     ReportSettings: ("report.schema.yaml", ("ablation.reference",)),
     HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
     AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
+    ActiveLearningSettings: ("active_learning.schema.yaml", ("members",)),
 }
 
 

@@ -71,6 +71,7 @@ def note(text: str) -> Paragraph:
 def _registry() -> list:
     from prefpipe.report.sections import (
         ablation,
+        active_learning,
         appendix,
         calibration,
         compare,
@@ -91,6 +92,7 @@ def _registry() -> list:
     return [
         rewardbench,
         uncertainty,
+        active_learning,
         ablation,
         policy,
         paired,

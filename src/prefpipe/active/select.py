@@ -1,0 +1,128 @@
+"""Acquisition: which unlabelled training pairs a round adds to the labelled set (a registry, one entry per
+strategy).
+
+Every strategy takes k pairs from the pool (the training pairs not yet labelled) and never one already labelled.
+- random: the first k of a permutation of the pool (sorted by id) drawn from numpy's generator seeded with
+  (seed, round), so a seed gives the same draw on every machine.
+- bgpm: the k pairs of largest posterior mutual information (BALD) of the learner, a Bayesian GPM:
+  H(E[sigmoid(s/tau)]) - E[H(sigmoid(s/tau))] for s ~ N(m, v), the epistemic part docs/UNCERTAINTY.md names as
+  the quantity for active learning (prefpipe.evaluation.uncertainty.gaussian_preference).
+- ensemble: the k pairs where the ensemble's members disagree most, the sd of their scores (eval_ensemble's
+  `score_sd`, prefpipe.evaluation.uncertainty.ensemble_preference).
+Ties in the uncertainty go to the smaller id, so the selection is a function of the scores alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from prefpipe.common.config import ConfigError, DataError
+from prefpipe.evaluation.uncertainty import ensemble_preference, gaussian_preference
+from prefpipe.settings.active import ActiveLearningSettings
+
+SCORE, VARIANCE, TAU = "score", "variance", "tau"  # the pool-score table's columns beside `id` and `split`
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    """One strategy: the variants whose pool scores it reads, their pairs' uncertainties (None: random), and
+    whether those variants must be Bayesian heads (True), point heads (False) or either (None)."""
+
+    scorers: Callable[[ActiveLearningSettings], list[str]]
+    uncertainty: Callable[[dict[str, pd.DataFrame]], np.ndarray] | None
+    bayesian: bool | None
+
+
+def _posterior_information(scores: dict[str, pd.DataFrame]) -> np.ndarray:
+    ((name, frame),) = scores.items()
+    if frame[VARIANCE].isna().any():
+        raise ConfigError(
+            f"active_learning: the bgpm strategy needs a Bayesian learner; {name} has no variance"
+        )
+    m, v = frame[SCORE].to_numpy(np.float64), frame[VARIANCE].to_numpy(np.float64)
+    return gaussian_preference(m, v, float(frame[TAU].iloc[0]))["mutual_information"]
+
+
+def _member_sd(scores: dict[str, pd.DataFrame]) -> np.ndarray:
+    members = np.stack([f[SCORE].to_numpy(np.float64) for f in scores.values()], axis=1)
+    tau = float(next(iter(scores.values()))[TAU].iloc[0])
+    return ensemble_preference(members, tau)["score_sd"]
+
+
+ACQUISITIONS: dict[str, Acquisition] = {
+    "random": Acquisition(lambda s: [], None, None),
+    "bgpm": Acquisition(lambda s: [s.learner], _posterior_information, True),
+    "ensemble": Acquisition(lambda s: list(s.members), _member_sd, False),
+}
+
+
+def acquisition(name: str) -> Acquisition:
+    if name not in ACQUISITIONS:
+        raise ConfigError(
+            f"active_learning.strategies: unknown strategy {name!r} (known: {sorted(ACQUISITIONS)})"
+        )
+    return ACQUISITIONS[name]
+
+
+def check_strategies(settings: ActiveLearningSettings, is_bayesian: Callable[[str], bool]) -> None:
+    """Every strategy is registered and has the scorers it reads, of the kind of head it needs
+    (is_bayesian(variant): whether that reward variant's head is Bayesian)."""
+    for name in settings.strategies:
+        rule = acquisition(name)
+        scorers = rule.scorers(settings)
+        if rule.uncertainty is not None and not scorers:
+            raise ConfigError(f"active_learning.strategies: {name!r} needs active_learning.ensemble")
+        for variant in scorers:
+            if rule.bayesian is not None and is_bayesian(variant) != rule.bayesian:
+                kind = "a Bayesian" if rule.bayesian else "a point"
+                raise ConfigError(
+                    f"active_learning.strategies: {name!r} reads {variant}, which is not {kind} head"
+                )
+
+
+def top_k(uncertainty: np.ndarray, ids: Sequence[str], k: int) -> list[str]:
+    """The k ids of largest uncertainty, ties broken by the smaller id."""
+    u = np.asarray(uncertainty, dtype=np.float64)
+    if len(u) != len(ids) or not np.all(np.isfinite(u)):
+        raise DataError(f"acquisition: {len(u)} finite uncertainties needed for {len(ids)} pool pairs")
+    id_rank = np.argsort(np.argsort(np.asarray(ids, dtype=str), kind="stable"), kind="stable")
+    order = np.lexsort((id_rank, -u))  # the last key sorts first: largest u, then smallest id
+    return [ids[i] for i in order[:k]]
+
+
+def random_pick(ids: Sequence[str], k: int, seed: int, round_: int) -> list[str]:
+    """The first k of a permutation of the ids (sorted), drawn from default_rng((seed, round))."""
+    pool = sorted(ids)
+    order = np.random.default_rng((seed, round_)).permutation(len(pool))
+    return [pool[i] for i in order[:k]]
+
+
+def select(
+    name: str,
+    settings: ActiveLearningSettings,
+    pool: Sequence[str],
+    scores: dict[str, pd.DataFrame],
+    k: int,
+    seed: int,
+    round_: int,
+) -> list[str]:
+    """The k pool ids strategy `name` labels before round `round_` (scores: variant -> its pool-score table)."""  # fmt: skip
+    if k > len(pool):
+        raise DataError(f"active_learning: round {round_} adds {k} pairs but only {len(pool)} are unlabelled")
+    rule = acquisition(name)
+    if rule.uncertainty is None:
+        return random_pick(pool, k, seed, round_)
+    aligned = {}
+    for variant in rule.scorers(settings):
+        frame = scores[variant].set_index("id")
+        missing = set(pool) - set(frame.index)
+        if missing:
+            raise DataError(
+                f"active_learning: {variant}'s pool scores miss {len(missing)} pairs, e.g. {min(missing)}"
+            )
+        aligned[variant] = frame.loc[list(pool)].reset_index()
+    return top_k(rule.uncertainty(aligned), list(pool), k)

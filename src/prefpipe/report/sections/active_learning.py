@@ -1,0 +1,124 @@
+"""Active learning (issue 33 item 4), from results/active_learning/summary.json: the learner's test accuracy
+after each round per acquisition strategy (mean and sd over seeds) and the labels each strategy needs to reach
+random selection's final accuracy, with the share of random's labels saved (the b-gpm paper's headline use)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from prefpipe.report import plots
+from prefpipe.report.document import Claim, Section, Table
+from prefpipe.report.sections import Context
+from prefpipe.report.stats import NA
+
+TITLE, ANCHOR = "Active learning", "active-learning"
+TABLE_ANCHOR = "active-learning-labels"
+KIND = "active_learning"
+DESCRIBED = {
+    "random": "random selection",
+    "bgpm": "the Bayesian GPM's mutual information",
+    "ensemble": "the deep ensemble's score sd",
+}
+
+
+def _pm(cell: dict[str, Any] | None, fmt: str) -> str:
+    if not isinstance(cell, dict) or cell.get("mean") is None:
+        return NA
+    sd = cell.get("sd")
+    return format(cell["mean"], fmt) + ("" if sd is None else " ± " + format(sd, fmt))
+
+
+def _percent(cell: dict[str, Any] | None) -> str:
+    """A share's mean ± sd in percent."""
+    if not isinstance(cell, dict) or cell.get("mean") is None:
+        return NA
+    sd = cell.get("sd")
+    return _pm({"mean": 100 * cell["mean"], "sd": None if sd is None else 100 * sd}, ".1f")
+
+
+def _curve_table(summary: dict[str, Any]) -> Table:
+    strategies = summary["strategies"]
+    rows = [
+        [str(labels), *[_pm(summary["curve"][s][r], ".4f") for s in strategies]]
+        for r, labels in enumerate(summary["labels"])
+    ]
+    caption = (
+        f"Test accuracy of {summary['learner']} trained on each round's labelled pairs, mean ± sd over seeds "
+        f"{summary['seeds']}; round 0 (the first row) is the same seeded random sample for every strategy."
+    )
+    return Table("Accuracy vs labels", ["Labels", *strategies], rows, caption)
+
+
+def _needed_table(summary: dict[str, Any]) -> Table | None:
+    needed = summary.get("labels_needed")
+    if not needed:
+        return None
+    rows = []
+    for strategy, row in needed.items():
+        per_seed = ", ".join(NA if v is None else f"{v:.0f}" for v in row["per_seed"].values())
+        reached = f"{row['reached']}/{row['seeds']}"
+        rows.append(
+            [strategy, _pm(row.get("labels"), ".0f"), _percent(row.get("saved_share")), per_seed, reached]
+        )
+    caption = (
+        "Labels needed: where the strategy's accuracy curve first reaches random selection's final accuracy on "
+        "the same seed, linearly interpolated between rounds; the mean is shown only when every seed reaches it."
+    )
+    columns = [
+        "Strategy",
+        "Labels needed (mean ± sd)",
+        "Saved vs random's final (%)",
+        "Per seed",
+        "Seeds reaching",
+    ]
+    return Table(
+        "Labels to reach random selection's final accuracy", columns, rows, caption, anchor=TABLE_ANCHOR
+    )
+
+
+def build(ctx: Context) -> Section | None:
+    summary = ctx.tree.summary(KIND)
+    if not summary:
+        return None
+    colors = plots.colors(summary["strategies"])
+    labels = pd.Series(summary["labels"], dtype=float)
+    curves = [
+        plots.Curve(s, labels, pd.Series([c["mean"] for c in summary["curve"][s]], dtype=float), colors[s])
+        for s in summary["strategies"]
+    ]
+    png = plots.curves(
+        [("Test accuracy (mean over seeds)", curves, False)], 1, ctx.settings.figure_dpi, "labels"
+    )
+    blocks: list = ctx.figure(
+        "active_learning", "Accuracy vs labels", png, "One line per acquisition strategy."
+    )
+    blocks.append(_curve_table(summary))
+    needed = _needed_table(summary)
+    if needed is not None:
+        blocks.append(needed)
+    return Section(TITLE, blocks, ANCHOR)
+
+
+def claims(ctx: Context) -> list[Claim]:
+    summary = ctx.tree.summary(KIND)
+    needed = (summary or {}).get("labels_needed") or {}
+    parts = []
+    for strategy, row in needed.items():
+        if strategy == "random":
+            continue
+        what = DESCRIBED.get(strategy, strategy)
+        if "saved_share" in row:
+            saved = _percent(row["saved_share"])
+            parts.append(f"{what} needs {_pm(row['labels'], '.0f')} labels ({saved}% fewer)")
+        else:
+            parts.append(f"{what} reaches it on {row['reached']} of {row['seeds']} seeds")
+    if not parts:
+        return []
+    final = summary["labels"][-1]
+    text = (
+        f"Active learning: to reach the test accuracy random selection has after {final} labels (mean ± sd "
+        "over seeds), " + "; ".join(parts) + "."
+    )
+    return [Claim(text, TABLE_ANCHOR)]

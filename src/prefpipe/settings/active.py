@@ -1,0 +1,35 @@
+"""Settings of the active-learning rules (`active_learning`, issue 33 item 4): rounds of train -> score the
+unlabelled pool -> add the most uncertain pairs -> retrain, per acquisition strategy and seed, at equal label
+budgets. Which strategies exist (and what each one scores) is the active layer's registry
+(prefpipe.active.select); the names are checked against it by prefpipe.config_checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefpipe.common.config import ConfigError
+from prefpipe.settings.run import RunSettings
+
+
+@dataclass
+class ActiveLearningSettings(RunSettings):
+    strategies: list[str]  # acquisition strategies (prefpipe.active.select.ACQUISITIONS keys)
+    learner: str  # the reward variant trained each round; its test accuracy is the curve
+    ensemble: str | None  # the eval.ensembles entry whose members' disagreement the `ensemble` strategy reads
+    seeds: list[int]  # each seed: its own initial labelled set, training seeds and random draws
+    rounds: int  # trained rounds per strategy and seed (round 0: the initial labelled set)
+    initial_labels: int  # labelled pairs of round 0 (a seeded random sample, shared by every strategy)
+    labels_per_round: int  # pairs added before each later round
+    batch_size: int  # sequences per forward pass when scoring the pool and the test pairs
+    # The ensemble's members (eval.ensembles[ensemble]); derived by PipelineSettings, not a config key.
+    members: list[str]
+
+    def labels(self, round_: int) -> int:
+        """Labelled pairs after round `round_`'s selection (the budget is the same for every strategy)."""
+        return self.initial_labels + round_ * self.labels_per_round
+
+    def check(self) -> None:
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ConfigError(f"strategies: {self.strategies} names a strategy twice")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: {self.seeds} names a seed twice")

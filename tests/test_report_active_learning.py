@@ -1,0 +1,53 @@
+"""The report's active-learning section and answer on the fixture tree with an active-learning summary written
+by the curve module from hand-made accuracies: the numbers shown are the recorded ones, and a tree without the
+summary gets neither section nor answer."""
+
+from __future__ import annotations
+
+import json
+
+from support.results_tree import report_markdown, write_results_tree
+from support.settings import pipeline
+
+from prefpipe.active.curve import needed_table
+
+ACCURACY = {
+    "random": {0: [0.60, 0.70, 0.80], 1: [0.60, 0.66, 0.72]},
+    "bgpm": {0: [0.60, 0.80, 0.85], 1: [0.60, 0.72, 0.74]},
+}
+
+
+def _summary():
+    settings = pipeline(
+        {"active_learning": {"enabled": True, "strategies": ["random", "bgpm"], "rounds": 3, "seeds": [0, 1],
+                             "initial_labels": 100, "labels_per_round": 100}}
+    ).active_learning  # fmt: skip
+    curve = {
+        s: [{"mean": sum(c[r] for c in v.values()) / 2, "sd": None} for r in range(3)]
+        for s, v in ACCURACY.items()
+    }
+    return {
+        "learner": "bgpm", "strategies": ["random", "bgpm"], "seeds": [0, 1], "labels": [100, 200, 300],
+        "accuracy": ACCURACY, "curve": curve, "reference": "random",
+        "labels_needed": needed_table(settings, ACCURACY),
+    }  # fmt: skip
+
+
+def test_active_learning_section_and_answer_show_the_recorded_numbers(tmp_path):
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=3, grpo_steps=3)
+    plain = report_markdown(root, tmp_path / "plain")
+    assert "## Active learning" not in plain and "Active learning:" not in plain
+
+    (root / "active_learning").mkdir()
+    (root / "active_learning" / "summary.json").write_text(json.dumps(_summary()))
+    md = report_markdown(root, tmp_path / "out")
+    answers, section = md.split("## Active learning", 1)
+    assert (
+        "Active learning: to reach the test accuracy random selection has after 300 labels (mean ± sd over "
+        "seeds), the Bayesian GPM's mutual information needs 200 ± 0 labels (33.3 ± 0.0% fewer)."
+    ) in answers
+    assert "| 200 | 0.6800 | 0.7600 |" in section  # the curve's means per round
+    assert "| bgpm | 200 ± 0 | 33.3 ± 0.0 | 200, 200 | 2/2 |" in section
+    assert "| random | 300 ± 0 | 0.0 ± 0.0 | 300, 300 | 2/2 |" in section
+    assert (tmp_path / "out" / "figures" / "active_learning.png").is_file()
