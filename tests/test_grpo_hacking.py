@@ -35,6 +35,7 @@ SUMMARY_KEYS = {
     "verifier_gain_sd",
     "gap",
     "definition",
+    "rm_gain_note",
 }
 
 
@@ -118,6 +119,33 @@ def test_gap_by_hand():
         overoptimisation([{k: v for k, v in r.items() if k != "verifier_accuracy"} for r in rows], specs)
         is None
     )
+
+
+def test_group_relative_pairwise_reward_has_no_rm_gain():
+    """A pairwise head's group-relative reward has the same batch mean at every step: its 'gain' would read 0
+    whatever the policy learnt, so it is left out and the block says why; a scalar head's is kept."""
+    rows = [
+        {
+            "step": s,
+            "reward/rm_mean": 0.0,
+            "reward/rm_std": 1.0,
+            "verifier_accuracy": 0.2 - 0.01 * s,
+            "verifier_score_std": 0.4,
+            "completion_length_mean": 20.0 + 4 * s,
+            "truncated_ratio": 0.1 * s,
+        }
+        for s in range(10)
+    ]
+    group = [{"type": "reward_model", "name": "rm", "weight": 0.5, "opponent": "group"}]
+    block = overoptimisation(rows, group, scalar_reward=False)
+    assert block["rm_gain_sd"] is None and block["rm_gain_sd_by_step"] is None and block["gap"] is None
+    assert "fixed by construction" in block["rm_gain_note"]
+    assert block["verifier_gain_sd"] == pytest.approx((0.2 - 0.07 - (0.2 - 0.02)) / 0.4)
+    assert block["completion_length"][-1] == 56.0
+    scalar = overoptimisation(rows, group, scalar_reward=True)
+    assert scalar["rm_gain_sd"] == 0.0 and scalar["rm_gain_note"] is None
+    reference = [{**group[0], "opponent": "reference"}]
+    assert overoptimisation(rows, reference, scalar_reward=False)["rm_gain_sd"] == 0.0
 
 
 def test_report_plots_the_curves_and_the_gap(tmp_path):

@@ -210,6 +210,8 @@ def test_gpm_reward_is_mean_preference_over_the_group(backbone_dir):
     assert abs(sum(got[:G])) < 1e-5  # skew symmetry: group-relative rewards sum to zero
     sig = _rm_reward(rm, transform="sigmoid")(inputs())
     assert ((sig > 0) & (sig < 1)).all()
+    # sigmoid(s) + sigmoid(-s) = 1: each group's mean is 0.5 at every step (grpo.hacking.mean_fixed_by_construction)
+    assert sig.view(2, G).mean(dim=1).tolist() == pytest.approx([0.5, 0.5], abs=1e-6)
 
 
 def test_bgpm_risk_averse_reward_subtracts_lambda_std(backbone_dir):

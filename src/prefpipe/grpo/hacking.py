@@ -60,12 +60,30 @@ def _gain_series(series: list[float], spread: list[float], window: int) -> list[
     return [(v - first) / scale for v in series] if scale else None
 
 
-def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+FIXED_MEAN_NOTE = (
+    "the reward-model part is a pairwise head's group-relative preference (opponent: group): its batch mean is "
+    "fixed by construction (0; 0.5 under sigmoid), so it cannot show a gain; the reward model's win rate of the "
+    "trained over the base policy on held-out prompts (eval_policy) measures what it paid for"
+)
+
+
+def mean_fixed_by_construction(spec: dict[str, Any], scalar_reward: bool) -> bool:
+    """Whether a reward-model reward's batch mean is the same at every step whatever the policy does: a pairwise
+    head's r_i = mean_j s(y_i > y_j) over the group, with s skew-symmetric, sums to 0 over each group (and
+    sigmoid(s) + sigmoid(-s) = 1 makes it 0.5 under the sigmoid); a scalar head's r(y) is not relative."""
+    return spec.get("opponent") == "group" and not scalar_reward
+
+
+def overoptimisation(
+    rows: list[dict[str, Any]], specs: list[dict[str, Any]], scalar_reward: bool = True
+) -> dict[str, Any] | None:
     """The per-step curves and the final gap; None when the run has no reward-model reward or no verifier
-    signal (prompts without answers)."""
+    signal (prompts without answers). `scalar_reward`: the reward model's head gives r(x, y) (BT); with a
+    pairwise head and group opponents the reward-model gain is left out (FIXED_MEAN_NOTE)."""
     rm = [s for s in specs if s["type"] == RM_SOURCE]
     if not rm or not rows or any(VERIFIER_ACCURACY not in r for r in rows):
         return None
+    fixed = mean_fixed_by_construction(rm[0], scalar_reward)
     part = rm[0]["name"] or rm[0]["type"]
     mean_key, std_key = REWARD_PART_MEAN.format(name=part), REWARD_PART_STD.format(name=part)
     steps = [int(r["step"]) for r in rows]
@@ -75,6 +93,8 @@ def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) ->
     rm_spread = [float(r[std_key]) for r in rows]
     v_spread = [float(r[VERIFIER_SCORE_STD]) for r in rows]
     rm_first, rm_last, rm_gain_sd = _gain(rm_score, rm_spread, window)
+    if fixed:
+        rm_gain_sd = None
     v_first, v_last, v_gain_sd = _gain(accuracy, v_spread, window)
     gap = None if rm_gain_sd is None or v_gain_sd is None else rm_gain_sd - v_gain_sd
     optimised = any(s["type"] in VERIFIER_SOURCES and float(s["weight"]) != 0.0 for s in specs)
@@ -84,7 +104,7 @@ def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) ->
         "steps": steps,
         "rm_score": rm_score,
         "verifier_accuracy": accuracy,
-        "rm_gain_sd_by_step": _gain_series(rm_score, rm_spread, window),
+        "rm_gain_sd_by_step": None if fixed else _gain_series(rm_score, rm_spread, window),
         "verifier_gain_sd_by_step": _gain_series(accuracy, v_spread, window),
         "completion_length": [float(r[LENGTH_MEAN]) for r in rows],
         "truncated_ratio": [float(r[TRUNCATED_RATIO]) for r in rows],
@@ -97,4 +117,5 @@ def overoptimisation(rows: list[dict[str, Any]], specs: list[dict[str, Any]]) ->
         "verifier_gain_sd": v_gain_sd,
         "gap": gap,
         "definition": DEFINITION,
+        "rm_gain_note": FIXED_MEAN_NOTE if fixed else None,
     }

@@ -29,7 +29,7 @@ from prefpipe.grpo.engines import build_engine
 from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, STEP_TIME
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
-from prefpipe.grpo.rewards import WeightedReward, needs_reference_completions
+from prefpipe.grpo.rewards import RewardModelReward, WeightedReward, needs_reference_completions
 from prefpipe.grpo.rollout import GenerationSettings, generate
 from prefpipe.grpo.step_batch import reward_inputs, score_batch, select_prompts, step_uniforms
 from prefpipe.grpo.train_state import load_train_state, save_train_state
@@ -314,6 +314,11 @@ class GRPOTrainer:
         if every and (step + 1) % every == 0 and step + 1 < steps:
             self._save_checkpoint(step + 1)
 
+    def _scalar_reward_model(self) -> bool:
+        """Whether the reward model's head gives a scalar r(x, y) (True also when the run has none)."""
+        models = [w.fn.rm for w in self.rewards if isinstance(w.fn, RewardModelReward)]
+        return models[0].scalar_reward if models else True
+
     def summary(self, resumed_from: int) -> dict[str, Any]:
         rows = self.metric_rows
         head, tail = rows[: min(5, len(rows))], rows[-min(5, len(rows)) :]
@@ -338,6 +343,6 @@ class GRPOTrainer:
             else ("disable_adapter" if self.reference.via_disable_adapter else "frozen_copy"),
             "trainable_parameters": sum(p.numel() for p in self.params),
             "inspect_steps": inspect_step_save.saved_steps(self.out_dir),
-            REWARD_HACKING: overoptimisation(rows, self.settings.rewards),
+            REWARD_HACKING: overoptimisation(rows, self.settings.rewards, self._scalar_reward_model()),
             "total_parameters": sum(p.numel() for p in self.policy.parameters()),
         }

@@ -7,12 +7,14 @@ from __future__ import annotations
 import pandas as pd
 
 from prefpipe.grpo import metric_names as gm
+from prefpipe.grpo.hacking import FIXED_MEAN_NOTE, mean_fixed_by_construction
 from prefpipe.grpo.metric_names import REWARD_HACKING
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context, policy
 from prefpipe.report.sections.calibration import groups
 from prefpipe.report.stats import NA, num, pct, pts, wilson
+from prefpipe.reward.heads.facts import head_facts
 
 TITLE, ANCHOR = "Reward model vs verifier (reward hacking)", "hacking"
 RM_SOURCE = "reward_model"  # grpo.rewards[].type of the reward-model source (grpo/rewards.py)
@@ -50,13 +52,29 @@ def claims(ctx: Context) -> list[Claim]:
     ]
 
 
+def _scalar_reward_model(ctx: Context, run: str) -> bool:
+    """Whether the run's reward model has a scalar head (from its training config; unknown: True)."""
+    variant = (ctx.tree.config("grpo", run) or {}).get("reward_model")
+    head = ((ctx.tree.config("reward", variant) or {}).get("head") or {}) if isinstance(variant, str) else {}
+    facts = head_facts(head.get("type"))
+    return facts.scalar_reward if facts else True
+
+
 def _curves(ctx: Context) -> dict[str, dict]:
-    """Each run's over-optimisation block (train_grpo summary `reward_hacking`), where it has one."""
+    """Each run's over-optimisation block (train_grpo summary `reward_hacking`), where it has one. A pairwise
+    head's group-relative reward has a fixed batch mean (grpo.hacking.mean_fixed_by_construction): its gain is
+    left out here too for runs whose summary was written before the trainer did so."""
     out = {}
     for run in ctx.runs:
         block = (ctx.tree.summary("grpo", run) or {}).get(REWARD_HACKING)
-        if isinstance(block, dict) and block.get("steps"):
-            out[run] = block
+        if not (isinstance(block, dict) and block.get("steps")):
+            continue
+        specs = (ctx.tree.config("grpo", run) or {}).get("rewards") or []
+        rm = next((s for s in specs if isinstance(s, dict) and s.get("type") == RM_SOURCE), {})
+        if mean_fixed_by_construction(rm, _scalar_reward_model(ctx, run)):
+            block = {**block, "rm_gain_sd": None, "rm_gain_sd_by_step": None, "gap": None}
+            block["rm_gain_note"] = FIXED_MEAN_NOTE
+        out[run] = block
     return out
 
 
@@ -104,6 +122,13 @@ def _figure(ctx: Context, blocks: dict[str, dict], group: list[str], i: int) -> 
     return ctx.figure(name, "Reward-model score vs verifier accuracy", png, f"{', '.join(group)}. {CAPTION}")
 
 
+def _caption(blocks: dict[str, dict]) -> str:
+    """The gap's definition, and why a run's RM gain is blank where it is."""
+    fixed = [run for run, b in blocks.items() if b.get("rm_gain_note")]
+    caption = next(iter(blocks.values()))["definition"]
+    return f"{caption}. RM gain blank for {', '.join(fixed)}: {FIXED_MEAN_NOTE}." if fixed else caption
+
+
 def _overoptimisation(ctx: Context) -> list:
     blocks = _curves(ctx)
     if not blocks:
@@ -136,7 +161,7 @@ def _overoptimisation(ctx: Context) -> list:
             ]
             for run, b in blocks.items()
         ],
-        next(iter(blocks.values()))["definition"],
+        _caption(blocks),
         anchor="overoptimisation",
     )
     return [*figures, table]
