@@ -192,6 +192,19 @@ def test_runs_in_the_manifest_only(tmp_path):
     assert "GRPO run gpm-verifier" in md and "GRPO run bgpm-riskaverse" not in md
 
 
+def test_one_reward_head_is_reported_without_a_ranking(tmp_path):
+    """With one head on the benchmark there is nothing to be "ahead of": its score, no verdict."""
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=3, grpo_steps=3)
+    one = manifest()
+    keep = next(iter(one.files["eval"]))
+    one.files["eval"] = {keep: one.files["eval"][keep]}
+    build(_config(), root, tmp_path / "out", one)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"- Reward head overall on synthetic: {keep} " in md
+    assert "Best reward head" not in md and "ahead of every other head" not in md
+
+
 def test_the_build_logs_each_section_so_its_log_is_never_silent_for_long(tmp_path, caplog):
     """The report stage's log: a line before the sections, a progress line naming the section as they are built
     (first and last at least), and one before the HTML is written (a default run's report.log had 10.7 s of

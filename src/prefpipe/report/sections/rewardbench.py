@@ -53,7 +53,14 @@ def claims(ctx: Context) -> list[Claim]:
         return []
     out = []
     overall = frame[frame["item"] == frames.OVERALL].sort_values("score", ascending=False)
-    if len(overall):
+    if len(overall) == 1:  # one head: nothing to rank it against
+        only = overall.iloc[0]
+        out.append(
+            Claim(
+                f"Reward head overall on {ctx.bench}: {only['variant']} {_said(only)}.", "rewardbench-table"
+            )
+        )
+    elif len(overall):
         best, rest = overall.iloc[0], overall.iloc[1:]
         overlap = [r["variant"] for _, r in rest.iterrows() if pd.notna(r["hi"]) and r["hi"] >= best["lo"]]
         verdict = (
