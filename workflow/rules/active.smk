@@ -22,9 +22,9 @@ rule al_initial:
         f"{RESULTS}/benchmarks/al_initial_seed{{seed}}.tsv"
     conda:
         "../envs/prefpipe.yaml"
-    threads: res("active_label", "threads")
+    threads: res("al_initial", "threads")
     resources:
-        **rule_resources("active_label"),
+        **rule_resources("al_initial"),
     params:
         **al_params("selection", "initial_labels"),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
@@ -52,9 +52,9 @@ rule al_select:
         round=r"[1-9]\d*",
     conda:
         "../envs/prefpipe.yaml"
-    threads: res("active_label", "threads")
+    threads: res("al_select", "threads")
     resources:
-        **rule_resources("active_label"),
+        **rule_resources("al_select"),
     params:
         **al_params("selection", "labels_per_round", "learner", "members"),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
@@ -84,9 +84,9 @@ rule al_train:
         f"{RESULTS}/benchmarks/al_train_{{arm}}_seed{{seed}}_round{{round}}_{{variant}}.tsv"
     conda:
         "../envs/prefpipe.yaml"
-    threads: res("train_reward_model", "threads")
+    threads: res("al_train", "threads")
     resources:
-        **rule_resources("train_reward_model", gpu=True),
+        **rule_resources("al_train", gpu=True),
     params:
         **stage_params(
             lambda wildcards: al_reward_settings(wildcards.variant, wildcards.seed)
@@ -118,9 +118,9 @@ rule al_score:
         f"{RESULTS}/benchmarks/al_score_{{arm}}_seed{{seed}}_round{{round}}_{{variant}}.tsv"
     conda:
         "../envs/prefpipe.yaml"
-    threads: res("active_score", "threads")
+    threads: res("al_score", "threads")
     resources:
-        **rule_resources("active_score", gpu=True),
+        **rule_resources("al_score", gpu=True),
     params:
         **al_params("scores"),
         data=lambda wildcards, input: os.path.dirname(input.pairs_train),
@@ -153,9 +153,9 @@ rule al_curve:
         f"{RESULTS}/benchmarks/al_curve.tsv"
     conda:
         "../envs/prefpipe.yaml"
-    threads: res("active_curve", "threads")
+    threads: res("al_curve", "threads")
     resources:
-        **rule_resources("active_curve"),
+        **rule_resources("al_curve"),
     params:
         **stage_params(lambda wildcards: AL),
         root=lambda wildcards, output: os.path.dirname(output.summary),
