@@ -74,6 +74,17 @@ def mean_fixed_by_construction(spec: dict[str, Any], scalar_reward: bool) -> boo
     return spec.get("opponent") == "group" and not scalar_reward
 
 
+def without_rm_gain(block: dict[str, Any]) -> dict[str, Any]:
+    """`block` with the reward-model gain (and so the gap) left out and the reason given (FIXED_MEAN_NOTE)."""
+    return {
+        **block,
+        "rm_gain_sd": None,
+        "rm_gain_sd_by_step": None,
+        "gap": None,
+        "rm_gain_note": FIXED_MEAN_NOTE,
+    }
+
+
 def overoptimisation(
     rows: list[dict[str, Any]], specs: list[dict[str, Any]], scalar_reward: bool = True
 ) -> dict[str, Any] | None:
@@ -83,7 +94,6 @@ def overoptimisation(
     rm = [s for s in specs if s["type"] == RM_SOURCE]
     if not rm or not rows or any(VERIFIER_ACCURACY not in r for r in rows):
         return None
-    fixed = mean_fixed_by_construction(rm[0], scalar_reward)
     part = rm[0]["name"] or rm[0]["type"]
     mean_key, std_key = REWARD_PART_MEAN.format(name=part), REWARD_PART_STD.format(name=part)
     steps = [int(r["step"]) for r in rows]
@@ -93,18 +103,16 @@ def overoptimisation(
     rm_spread = [float(r[std_key]) for r in rows]
     v_spread = [float(r[VERIFIER_SCORE_STD]) for r in rows]
     rm_first, rm_last, rm_gain_sd = _gain(rm_score, rm_spread, window)
-    if fixed:
-        rm_gain_sd = None
     v_first, v_last, v_gain_sd = _gain(accuracy, v_spread, window)
     gap = None if rm_gain_sd is None or v_gain_sd is None else rm_gain_sd - v_gain_sd
     optimised = any(s["type"] in VERIFIER_SOURCES and float(s["weight"]) != 0.0 for s in specs)
-    return {
+    block = {
         "rm_part": part,
         "verifier_optimised": optimised,
         "steps": steps,
         "rm_score": rm_score,
         "verifier_accuracy": accuracy,
-        "rm_gain_sd_by_step": None if fixed else _gain_series(rm_score, rm_spread, window),
+        "rm_gain_sd_by_step": _gain_series(rm_score, rm_spread, window),
         "verifier_gain_sd_by_step": _gain_series(accuracy, v_spread, window),
         "completion_length": [float(r[LENGTH_MEAN]) for r in rows],
         "truncated_ratio": [float(r[TRUNCATED_RATIO]) for r in rows],
@@ -117,5 +125,6 @@ def overoptimisation(
         "verifier_gain_sd": v_gain_sd,
         "gap": gap,
         "definition": DEFINITION,
-        "rm_gain_note": FIXED_MEAN_NOTE if fixed else None,
+        "rm_gain_note": None,
     }
+    return without_rm_gain(block) if mean_fixed_by_construction(rm[0], scalar_reward) else block

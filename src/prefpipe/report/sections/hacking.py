@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from prefpipe.grpo import metric_names as gm
-from prefpipe.grpo.hacking import FIXED_MEAN_NOTE, mean_fixed_by_construction
+from prefpipe.grpo.hacking import FIXED_MEAN_NOTE, mean_fixed_by_construction, without_rm_gain
 from prefpipe.grpo.metric_names import REWARD_HACKING
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table
@@ -72,8 +72,7 @@ def _curves(ctx: Context) -> dict[str, dict]:
         specs = (ctx.tree.config("grpo", run) or {}).get("rewards") or []
         rm = next((s for s in specs if isinstance(s, dict) and s.get("type") == RM_SOURCE), {})
         if mean_fixed_by_construction(rm, _scalar_reward_model(ctx, run)):
-            block = {**block, "rm_gain_sd": None, "rm_gain_sd_by_step": None, "gap": None}
-            block["rm_gain_note"] = FIXED_MEAN_NOTE
+            block = without_rm_gain(block)
         out[run] = block
     return out
 
