@@ -91,7 +91,8 @@ def test_gaussian_preference_matches_monte_carlo():
     for key, samples in (("prob", p), ("expected_entropy", h)):
         se = samples.std(axis=1) / math.sqrt(s.shape[1])
         assert np.all(np.abs(got[key] - samples.mean(axis=1)) <= 5 * se + 1e-4), key
-    np.testing.assert_allclose(got["predictive_entropy"], binary_entropy(got["prob"]))
+    # H(P) (from the smaller side of P, so exact to the digits 1 - P keeps when P is saturated)
+    np.testing.assert_allclose(got["predictive_entropy"], binary_entropy(got["prob"]), atol=1e-12)
     np.testing.assert_allclose(
         got["mutual_information"], binary_entropy(got["prob"]) - got["expected_entropy"], atol=1e-4
     )
@@ -173,3 +174,53 @@ def test_ensemble_preference_treats_members_as_samples():
     )
     with pytest.raises(ValueError, match="K >= 2"):
         ensemble_preference(scores[:, :1], tau=0.1)
+
+
+def test_entropy_decomposition_matches_monte_carlo_for_gaussian_and_ensemble():
+    """total = aleatoric + epistemic: the predictive entropy H(E[p]), the expected entropy E[H(p)] and their
+    difference, p = sigmoid(s / tau), against brute force over many draws s ~ N(m, v); the ensemble form takes
+    the draws as its members, so it must give the sample means themselves and approach the Gaussian form."""
+    rng = np.random.default_rng(7)
+    m = np.array([0.0, 0.05, -0.2, 0.4, 1.5, 0.3, -0.6])
+    v = np.array([0.01, 0.002, 0.09, 0.25, 0.04, 4.0, 1e-6])
+    tau, n = 0.1, 200_000
+    s = m[:, None] + np.sqrt(v)[:, None] * rng.standard_normal((len(m), n))
+    p, z = sigmoid(s / tau), np.abs(s / tau)
+    # H(sigmoid(z)) = log(1 + e^-|z|) + |z| sigmoid(-|z|): -p log p - (1-p) log(1-p) with log p = -log(1 + e^-z),
+    # log(1 - p) = -z - log(1 + e^-z) (z > 0; H is even); exact where 1 - p rounds to 0 (m / tau = 15 here)
+    h = np.log1p(np.exp(-z)) + z / (1 + np.exp(z))
+    p_bar, aleatoric = p.mean(axis=1), h.mean(axis=1)
+    flipped = sigmoid(-s / tau)  # 1 - p, so that 1 - p_bar ~ 1e-6 (row 4) is summed without cancellation
+    smaller = np.where(m < 0, p_bar, flipped.mean(axis=1))
+    se_smaller = np.where(m < 0, p.std(axis=1), flipped.std(axis=1)) / math.sqrt(n)
+    total = binary_entropy(smaller)
+    # standard errors of the sample means, and of H(p_bar) by the delta method (|H'(p)| = |log((1 - p) / p)|)
+    se_p, se_h = p.std(axis=1) / math.sqrt(n), h.std(axis=1) / math.sqrt(n)
+    slope = np.abs(np.log((1 - p_bar) / p_bar))
+    gauss = gaussian_preference(m, v, tau)
+    got_smaller = np.minimum(gauss["prob"], 1 - gauss["prob"])
+    assert np.all(np.abs(got_smaller - smaller) <= 5 * se_smaller), "1 - P of a saturated pair, to its digits"
+    assert np.all(np.abs(gauss["expected_entropy"] - aleatoric) <= 5 * se_h + 1e-4)
+    assert np.all(np.abs(gauss["predictive_entropy"] - total) <= 5 * slope * se_p + 1e-4)
+    bound = 5 * (slope * se_p + se_h) + 2e-4
+    assert np.all(np.abs(gauss["mutual_information"] - (total - aleatoric)) <= bound)
+    assert (
+        gauss["mutual_information"][5] > 0.3 > gauss["mutual_information"][6]
+    )  # wide vs point-like posterior
+    ens = ensemble_preference(s, tau)
+    np.testing.assert_allclose(ens["expected_entropy"], aleatoric, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ens["predictive_entropy"], total, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ens["mutual_information"], np.maximum(total - aleatoric, 0.0), atol=1e-12)
+    for got in (gauss, ens):  # the parts add up to the total
+        np.testing.assert_allclose(
+            got["expected_entropy"] + got["mutual_information"], got["predictive_entropy"]
+        )
+
+
+def test_ensemble_expected_entropy_is_the_mean_of_the_members_entropies():
+    scores = np.array([[0.3, 0.5, -0.1], [-0.2, -0.4, -0.3], [2.0, -2.0, 0.0]])
+    got = ensemble_preference(scores, tau=0.2)
+    for i, row in enumerate(scores):
+        p = [1 / (1 + math.exp(-x / 0.2)) for x in row]
+        entropies = [-(q * math.log(q) + (1 - q) * math.log(1 - q)) for q in p]
+        assert got["expected_entropy"][i] == pytest.approx(sum(entropies) / 3, rel=1e-12)

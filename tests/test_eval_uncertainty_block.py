@@ -16,7 +16,10 @@ from support.stages import run_main
 from prefpipe.common.config import ConfigError
 from prefpipe.common.results_owner import finished_outputs
 from prefpipe.eval_ensemble import main as ensemble_main
+from prefpipe.evaluation.calibration import binary_entropy, sigmoid
 from prefpipe.evaluation.uncertainty import aurc, auroc, gaussian_preference
+from prefpipe.evaluation.uncertainty_block import uncertainty_block
+from prefpipe.settings.evaluation import UncertaintyEvalSettings
 
 UNCERTAINTY = SETTINGS.eval.uncertainty  # resamples 1000, confidence 0.95, disagreement_at 0.2
 
@@ -93,6 +96,11 @@ def test_eval_block_and_columns_recompute_from_the_rows(bayesian):
         assert got["value"] == pytest.approx(auroc(-np.abs(m), positive))
         assert got["low"] <= got["value"] <= got["high"]
         assert got["positives"] == positive.sum()
+    familiar = np.arange(120) % 3 != 2
+    assert margin["disagreement_familiar"]["neg_abs_margin"]["value"] == pytest.approx(
+        auroc(-np.abs(m)[familiar], targets["disagreement"][familiar])
+    )
+    assert margin["disagreement_familiar"]["neg_abs_margin"]["negatives"] == 40  # chat-a only
     if not bayesian:
         assert set(margin["errors"]) == {"neg_abs_margin"} and frame["mutual_information"].isna().all()
         assert block["aurc_vs_margin"] == {}
@@ -102,7 +110,7 @@ def test_eval_block_and_columns_recompute_from_the_rows(bayesian):
     np.testing.assert_allclose(frame["predictive_entropy"], post["predictive_entropy"])
     np.testing.assert_allclose(frame["mutual_information"], post["mutual_information"])
     for target, positive in targets.items():
-        for name in ("predictive_entropy", "mutual_information", "variance"):
+        for name in ("predictive_entropy", "expected_entropy", "mutual_information", "variance"):
             u = v if name == "variance" else post[name]
             assert margin[target][name]["value"] == pytest.approx(auroc(u, positive))
     entropy = block["aurc_vs_margin"]["predictive_entropy"]
@@ -112,6 +120,38 @@ def test_eval_block_and_columns_recompute_from_the_rows(bayesian):
     coverage_half = next(r for r in summary["calibration"]["selective"] if r["coverage"] == 0.5)
     keep = np.argsort(post["predictive_entropy"], kind="stable")[: coverage_half["n"]]
     assert coverage_half["accuracy"] == pytest.approx((~wrong)[keep].mean())
+
+
+def test_disagreement_among_familiar_pairs_leaves_the_unfamiliar_ones_out():
+    """Six pairs, AUROCs counted by hand (positive above negative: 1, tie: 1/2):
+    pair          A    B    C    D    E    F
+    flip_rate    .3   .3    0    0    0   .3
+    unfamiliar    -    -    -    -  yes  yes
+    wrong         -  yes    -    -  yes    -
+    uncertainty  .9   .4   .5   .1  .95   .2
+    disagreement, all pairs: A > C, D; B > D; F > D: 4 of 3 x 3 = 0.444; among familiar A-D: A > C, D;
+    B > D: 3 of 2 x 2 = 0.75; unfamiliar: E > all 4; F > D: 5 of 2 x 4; errors: B > D, F; E > all 4: 6 of 8."""
+    u = np.array([0.9, 0.4, 0.5, 0.1, 0.95, 0.2])
+    flip, unfamiliar = [0.3, 0.3, 0.0, 0.0, 0.0, 0.3], [False] * 4 + [True] * 2
+    pairs = [{"flip_rate": f, "unfamiliar": x} for f, x in zip(flip, unfamiliar, strict=True)]
+    correct = np.array([True, False, True, True, False, True])
+    settings = UncertaintyEvalSettings(20, 0.9, 0.2)
+
+    def aurocs(records):
+        return uncertainty_block(correct, {"neg_abs_margin": u}, records, ["s"] * 6, settings, seed=0)[
+            "auroc"
+        ]
+
+    got = {t: rows["neg_abs_margin"] for t, rows in aurocs(pairs).items()}
+    assert got["disagreement"]["value"] == pytest.approx(4 / 9)
+    assert got["disagreement_familiar"]["value"] == pytest.approx(3 / 4)
+    assert (got["disagreement_familiar"]["positives"], got["disagreement_familiar"]["negatives"]) == (2, 2)
+    assert got["unfamiliar"]["value"] == pytest.approx(5 / 8)
+    assert got["errors"]["value"] == pytest.approx(6 / 8)
+    # only where the pairs record both markers; no familiar pair at all: skipped
+    assert "disagreement_familiar" not in aurocs([{"flip_rate": f} for f in flip])
+    every_pair_unfamiliar = aurocs([{**r, "unfamiliar": True} for r in pairs])
+    assert every_pair_unfamiliar["disagreement_familiar"] == {"skipped": "0 of 0 pairs are positive"}
 
 
 def test_clean_world_rows_have_no_world_columns_and_errors_only():
@@ -170,6 +210,11 @@ def test_ensemble_stage_scores_the_members_disagreement(tmp_path, caplog):
     share = (np.sign(scores) != np.sign(mean)[:, None]).mean(axis=1)
     assert block["auroc"]["disagreement"]["member_disagreement"]["value"] == pytest.approx(
         auroc(share, np.arange(n) % 3 == 1)
+    )
+    aleatoric = binary_entropy(sigmoid(scores / 0.1)).mean(axis=1)  # the members' mean entropy
+    familiar = np.arange(n) % 3 != 2
+    assert block["auroc"]["disagreement_familiar"]["expected_entropy"]["value"] == pytest.approx(
+        auroc(aleatoric[familiar], (np.arange(n) % 3 == 1)[familiar])
     )
     code, errors = run_main(
         ensemble_main, stage_json(settings), caplog, eval=tmp_path / "eval", out=tmp_path / "x"

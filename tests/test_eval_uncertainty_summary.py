@@ -62,11 +62,13 @@ def test_table_recomputes_each_measure(evals):
     assert table["n"] == 80
     assert table["auroc"]["errors"]["variance"]["value"] == pytest.approx(auroc(v, ~ok))
     assert table["auroc"]["errors"]["neg_abs_margin"]["value"] == pytest.approx(auroc(-np.abs(m), ~ok))
-    entropy = gaussian_preference(m, v, 0.1)["predictive_entropy"]
-    assert table["auroc"]["disagreement"]["predictive_entropy"]["value"] == pytest.approx(
-        auroc(entropy, np.arange(80) < 40)
-    )
+    post = gaussian_preference(m, v, 0.1)
+    for name in ("predictive_entropy", "expected_entropy"):
+        assert table["auroc"]["disagreement"][name]["value"] == pytest.approx(
+            auroc(post[name], np.arange(80) < 40)
+        )
     assert "skipped" in table["auroc"]["unfamiliar"]  # every pair is unfamiliar: no AUROC
+    assert "skipped" in table["auroc"]["disagreement_familiar"]  # and no familiar pair
     assert table["aurc_vs_margin"]["variance"]["uncertainty"] == pytest.approx(aurc(ok, v))
     assert set(result["heads"]["gpm"]["auroc"]["errors"]) == {"neg_abs_margin"}  # = its entropy ranking
     aligned = point.set_index("id").loc[bayes["id"]]
@@ -75,7 +77,8 @@ def test_table_recomputes_each_measure(evals):
         n_bins=5, resamples=50, confidence=0.9, seed=1,
     )  # fmt: skip
     assert result["ece_difference"]["difference"] == pytest.approx(expected["difference"])
-    assert "| bgpm | errors | variance |" in uncertainty_summary.markdown(result)
+    shown = uncertainty_summary.markdown(result)
+    assert "| bgpm | errors | variance |" in shown and "| bgpm | disagreement | expected_entropy |" in shown
     ensemble = result["heads"]["ensemble(gpm,gpm-s1)"]
     gpm_scores = point.set_index("id").loc[bayes["id"], "score_chosen_minus_rejected"].to_numpy()
     members = np.stack([gpm_scores, m.to_numpy()])  # gpm-s1 holds the Bayesian scores in gpm's row order

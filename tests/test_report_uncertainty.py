@@ -35,6 +35,8 @@ BGPM = {
     "neg_abs_margin": {"errors": (0.76, 0.74, 0.79)},
     "predictive_entropy": {"errors": (0.784, 0.76, 0.81), "disagreement": (0.489, 0.45, 0.52),
                            "unfamiliar": (0.732, 0.70, 0.77)},
+    "expected_entropy": {"errors": (0.61, 0.58, 0.64), "disagreement": (0.52, 0.49, 0.55),
+                         "disagreement_familiar": (0.66, 0.62, 0.70)},
     "mutual_information": {"errors": (0.763, 0.73, 0.79), "disagreement": (0.449, 0.41, 0.48),
                            "unfamiliar": (0.821, 0.79, 0.86)},
 }  # fmt: skip
@@ -72,8 +74,8 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
         in answers
     )
     assert (
-        "predictive entropy 0.784 [0.760, 0.810] (informative), mutual information 0.763 [0.730, 0.790]"
-        in answers
+        "predictive entropy 0.784 [0.760, 0.810] (informative), expected entropy 0.610 [0.580, 0.640], "
+        "mutual information 0.763 [0.730, 0.790]" in answers
     )
     assert (
         "gpm's |margin| 0.703 [0.670, 0.740]; ensemble gpm-ensemble's members' sd 0.650 [0.600, 0.700]"
@@ -83,18 +85,28 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
         "high-disagreement pairs: predictive entropy 0.489 [0.450, 0.520] (not distinguishable from chance)"
         in answers
     )
-    assert "mutual information 0.449 [0.410, 0.480]" in answers  # shown as recorded, below chance
+    assert "expected entropy 0.520 [0.490, 0.550], mutual information 0.449 [0.410, 0.480]" in answers
+    assert (
+        "high-disagreement pairs among familiar ones:" not in answers
+    )  # no predictive entropy recorded there
     assert "unfamiliar pairs: predictive entropy 0.732 [0.700, 0.770] (informative)" in answers
     assert "an AURC no different than abstaining on its own |margin| (+0.0010 [-0.0004, +0.0031])" in answers
     table = md.split("## Uncertainty", 1)[1]
     assert (
-        "| bgpm | predictive entropy | 0.784 [0.760, 0.810] | 0.489 [0.450, 0.520] | 0.732 [0.700, 0.770] |"
+        "| bgpm | predictive entropy | 0.784 [0.760, 0.810] | 0.489 [0.450, 0.520] | – | 0.732 [0.700, 0.770] |"
         in table
     )
     assert (
-        "| gpm | -\\|margin\\| (point estimate) | 0.703 [0.670, 0.740] | 0.640 [0.610, 0.680] | – |" in table
+        "| bgpm | expected entropy | 0.610 [0.580, 0.640] | 0.520 [0.490, 0.550] | 0.660 [0.620, 0.700] | – |"
+        in table
+    )
+    assert "AUROC: high-disagreement pairs among familiar ones [95%]" in table
+    assert "expected entropy (aleatoric: for disagreement)" in table
+    assert (
+        "| gpm | -\\|margin\\| (point estimate) | 0.703 [0.670, 0.740] | 0.640 [0.610, 0.680] | – | – |"
+        in table
     )
     assert (
-        "| ensemble gpm-ensemble | members' score sd | 0.650 [0.600, 0.700] | – | 0.900 [0.850, 0.950] |"
+        "| ensemble gpm-ensemble | members' score sd | 0.650 [0.600, 0.700] | – | – | 0.900 [0.850, 0.950] |"
         in table
     )

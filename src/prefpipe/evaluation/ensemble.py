@@ -3,7 +3,8 @@
 uncertainty (issue 33).
 
 The ensemble's decision is its members' mean score > 0; its uncertainties are the members' disagreement: the sd
-of their scores, and the predictive entropy and mutual information of the members taken as posterior samples
+of their scores, and the predictive entropy of the members taken as posterior samples with its two parts, the
+mean of the members' entropies (aleatoric) and the mutual information (epistemic)
 (prefpipe.evaluation.uncertainty.ensemble_preference), beside -|mean| (its point margin). Read from each
 member's results/eval/<variant>/summary.json and per_example.parquet (the primary benchmark's rows, which must be
 the same pairs for every member); written to <out>/summary.json, whose `uncertainty` block has the layout of an
@@ -23,6 +24,7 @@ import pandas as pd
 from prefpipe.common.config import ConfigError, DataError
 from prefpipe.common.run_record import RunRecord
 from prefpipe.evaluation.summary_keys import (
+    EXPECTED_ENTROPY,
     MARGIN,
     MEMBER_SD,
     MUTUAL_INFORMATION,
@@ -73,6 +75,7 @@ def ensemble_view(
         MEMBER_SD: view["score_sd"],
         MEMBER_DISAGREEMENT: view["flip_probability"],
         PREDICTIVE_ENTROPY: view["predictive_entropy"],
+        EXPECTED_ENTROPY: view["expected_entropy"],
         MUTUAL_INFORMATION: view["mutual_information"],
     }
     return rows, found

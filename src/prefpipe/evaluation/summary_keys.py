@@ -22,9 +22,14 @@ EXTRA_HEADS, AS_FINETUNED = "extra_heads", "as_finetuned"
 #  aurc_vs_margin: {candidate: {uncertainty, margin, difference: {value, low, high}}}, n, accuracy, ...}.
 UNCERTAINTY, AUROC, AURC_VS_MARGIN = "uncertainty", "auroc", "aurc_vs_margin"
 ERRORS, DISAGREEMENT, UNFAMILIAR = "errors", "disagreement", "unfamiliar"
-# Candidates: -|m| (the point margin, every head's reference), the posterior's predictive entropy and mutual
-# information (Bayesian heads), a deep ensemble's members' sd.
+# Disagreement among familiar pairs only (unfamiliar ones left out, so novelty does not count against a measure of
+# label noise); recorded where the pairs record both flip_rate and unfamiliar.
+DISAGREEMENT_FAMILIAR = "disagreement_familiar"
+# Candidates: -|m| (the point margin, every head's reference), the posterior's predictive entropy (total) and its
+# two parts, the expected entropy (aleatoric: for disagreement) and the mutual information (epistemic: for unfamiliar
+# pairs), of Bayesian heads and deep ensembles, and a deep ensemble's members' sd.
 MARGIN, PREDICTIVE_ENTROPY, MUTUAL_INFORMATION = "neg_abs_margin", "predictive_entropy", "mutual_information"
+EXPECTED_ENTROPY = "expected_entropy"
 MEMBER_SD = "score_sd"
 # The per-pair fields of the uncertainty world (prefpipe.data.synthetic_noise) that the targets read; the
 # benchmark loader keeps them and the per-example table gets them as columns where every pair records them.

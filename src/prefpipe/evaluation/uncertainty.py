@@ -29,10 +29,11 @@ from prefpipe.evaluation.paired_bootstrap import draw
 
 # E[f(X)], X ~ N(mu, s^2) on the logit scale (mu = m / tau, s = sd / tau), f = sigmoid or H(sigmoid): Gauss-Hermite
 # when the Gaussian is at most as wide as f's features (s <= 1); wider, the nodes step over the sigmoid's rise
-# (at s = 185 every symmetric node pair averages to exactly 0.5), so the wide regime integrates in the smooth
-# variable instead (tests check both against Monte Carlo).
+# (at s = 185 every symmetric node pair averages to exactly 0.5), so the wide regime integrates on a fine grid of
+# the logit, where the density is the smooth factor (tests check both against Monte Carlo). Both integrate the
+# smaller side of P, E[sigmoid(-|X|)] for mean |mu| (X -> -X), so that a saturated pair's 1 - P ~ 1e-6 keeps its
+# relative precision, which its entropies need (1 - P from a sum near 1 keeps a few digits).
 _HERMITE_NODES = 96
-_LEGENDRE_NODES = 400
 _ENTROPY_GRID = np.linspace(-60.0, 60.0, 12001)  # H(sigmoid(x)) < 1e-24 beyond |x| = 60
 _CHUNK = 128
 
@@ -66,29 +67,27 @@ def flip_probability(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
 
 
 def _narrow(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(E[sigmoid(-|X|)] for mean |mu|, the smaller side of P; E[H(sigmoid(X))]) by Gauss-Hermite."""
     x, w = np.polynomial.hermite.hermgauss(_HERMITE_NODES)
-    logits = mu[:, None] + math.sqrt(2.0) * s[:, None] * x[None, :]
+    logits = np.abs(mu)[:, None] + math.sqrt(2.0) * s[:, None] * x[None, :]
     weights = w / math.sqrt(math.pi)
-    return sigmoid(logits) @ weights, _entropy_of_logit(logits) @ weights
+    return sigmoid(-logits) @ weights, _entropy_of_logit(logits) @ weights
 
 
 def _wide(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """E[sigmoid(X)] = P(X + L > 0) with L ~ Logistic(0, 1): the mean of Phi((mu + logit(u)) / s) over u ~ U(0, 1)
-    (Gauss-Legendre in u; smooth because s > 1); E[H(sigmoid(X))] by the trapezoid rule on the logit, where the
-    Gaussian density is the smooth factor."""
-    u, wu = np.polynomial.legendre.leggauss(_LEGENDRE_NODES)
-    u, wu = (u + 1.0) / 2.0, wu / 2.0
-    logistic = np.log(u) - np.log1p(-u)
-    prob = _phi((mu[:, None] + logistic[None, :]) / s[:, None]) @ wu
-    x = _ENTROPY_GRID
-    density = np.exp(-0.5 * ((x[None, :] - mu[:, None]) / s[:, None]) ** 2) / (
+    """_narrow's two integrals by the trapezoid rule on the logit grid, where the Gaussian density (s > 1) is
+    the smooth factor. Beyond the grid sigmoid(-x) is 1 (x < -60) or below 1e-26 (x > 60)."""
+    x, a = _ENTROPY_GRID, np.abs(mu)
+    density = np.exp(-0.5 * ((x[None, :] - a[:, None]) / s[:, None]) ** 2) / (
         s[:, None] * math.sqrt(2 * math.pi)
     )
-    f = density * _entropy_of_logit(x)[None, :]
-    expected = (
-        (f[:, 1:] + f[:, :-1]).sum(axis=1) * (x[1] - x[0]) / 2.0
-    )  # trapezoid rule (numpy 1.26 has no trapezoid)
-    return prob, expected
+
+    def trapezoid(f: np.ndarray) -> np.ndarray:  # numpy 1.26 has no np.trapezoid
+        return (f[:, 1:] + f[:, :-1]).sum(axis=1) * (x[1] - x[0]) / 2.0
+
+    smaller = trapezoid(density * sigmoid(-x)[None, :]) + _phi((x[0] - a) / s)
+    expected = trapezoid(density * _entropy_of_logit(x)[None, :])
+    return smaller, expected
 
 
 def gaussian_preference(score: np.ndarray, variance: np.ndarray, tau: float) -> dict[str, np.ndarray]:
@@ -98,13 +97,14 @@ def gaussian_preference(score: np.ndarray, variance: np.ndarray, tau: float) -> 
     if np.any(v < 0):
         raise ValueError("variance: negative values")
     mu, s = m / tau, np.sqrt(v) / tau
-    prob, expected = np.empty_like(mu), np.empty_like(mu)
+    smaller, expected = np.empty_like(mu), np.empty_like(mu)
     for start in range(0, len(mu), _CHUNK):
         rows = np.arange(start, min(start + _CHUNK, len(mu)))
         for chosen, integrate in ((rows[s[rows] <= 1.0], _narrow), (rows[s[rows] > 1.0], _wide)):
             if len(chosen):
-                prob[chosen], expected[chosen] = integrate(mu[chosen], s[chosen])
-    return _measures(prob, expected, flip_probability(m, v))
+                smaller[chosen], expected[chosen] = integrate(mu[chosen], s[chosen])
+    prob = np.where(mu < 0, smaller, 1.0 - smaller)  # X -> -X: E[sigmoid(X)] = 1 - E[sigmoid(-X)]
+    return _measures(prob, smaller, expected, flip_probability(m, v))
 
 
 def sample_preference(sample_scores: np.ndarray, score: np.ndarray, tau: float) -> dict[str, np.ndarray]:
@@ -115,13 +115,16 @@ def sample_preference(sample_scores: np.ndarray, score: np.ndarray, tau: float) 
     if s.ndim != 2 or s.shape[0] != len(m):
         raise ValueError(f"sample_scores: expected shape ({len(m)}, samples), got {s.shape}")
     flip = np.where(m == 0, 0.5, (np.sign(s) != np.sign(m)[:, None]).mean(axis=1))
-    return _measures(sigmoid(s / tau).mean(axis=1), _entropy_of_logit(s / tau).mean(axis=1), flip)
+    prob = sigmoid(s / tau).mean(axis=1)
+    smaller = np.minimum(prob, sigmoid(-s / tau).mean(axis=1))  # 1 - prob, summed without cancellation
+    return _measures(prob, smaller, _entropy_of_logit(s / tau).mean(axis=1), flip)
 
 
 def ensemble_preference(member_scores: np.ndarray, tau: float) -> dict[str, np.ndarray]:
     """A deep ensemble's view of each pair from its members' scores, shape (pairs, K): the members are the
     posterior samples (sample_preference against the mean score, so `flip_probability` is the share of members
-    that disagree with the ensemble's decision), plus the ensemble's mean score and the members' sd."""
+    that disagree with the ensemble's decision and `expected_entropy` the mean of the members' entropies), plus
+    the ensemble's mean score and the members' sd."""
     s = np.asarray(member_scores, dtype=np.float64)
     if s.ndim != 2 or s.shape[1] < 2:
         raise ValueError(f"member_scores: expected (pairs, K >= 2), got shape {s.shape}")
@@ -129,8 +132,12 @@ def ensemble_preference(member_scores: np.ndarray, tau: float) -> dict[str, np.n
     return {"score": mean, "score_sd": s.std(axis=1, ddof=1), **sample_preference(s, mean, tau)}
 
 
-def _measures(prob: np.ndarray, expected_entropy: np.ndarray, flip: np.ndarray) -> dict[str, np.ndarray]:
-    total = binary_entropy(prob)
+def _measures(
+    prob: np.ndarray, smaller: np.ndarray, expected_entropy: np.ndarray, flip: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The measures from P, min(P, 1 - P) computed without cancellation (from P alone, a saturated pair's
+    entropies, ~1e-5, need not obey Jensen's H(P) >= E[H]), the expected entropy and the flip probability."""
+    total = binary_entropy(smaller)  # H(P) = H(1 - P)
     return {
         "prob": prob,
         "flip_probability": flip,

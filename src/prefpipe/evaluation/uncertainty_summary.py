@@ -1,5 +1,5 @@
 """Uncertainty table of finished evaluations (issue 33): what each head's candidate uncertainties say about its
-errors, about high-disagreement pairs and about unfamiliar pairs, read from results/eval/<variant>/ and the
+errors, about high-disagreement pairs (all, and familiar ones only) and about unfamiliar pairs, read from results/eval/<variant>/ and the
 data stage's pairs_test.jsonl (the uncertainty world's `flip_rate` and `unfamiliar` fields, when present).
 
   python -m prefpipe.evaluation.uncertainty_summary --eval-dir results/eval --variants bgpm gpm bt \\

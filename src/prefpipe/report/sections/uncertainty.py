@@ -1,8 +1,9 @@
 """Is the Bayesian GPM's uncertainty informative? (issue 33) From each evaluated head's `uncertainty` block on
 the headline benchmark and each deep ensemble's summary: AUROC of every recorded uncertainty for the head's own
-errors, for high-disagreement pairs and for unfamiliar pairs (the last two where the test pairs record them),
-with 95% intervals, and the abstention curve's area against the point margin's. The answer sentence reads the
-reference Bayesian head's predictive entropy and mutual information, beside GPM's |margin| and the ensembles.
+errors, for high-disagreement pairs (among all pairs and among familiar ones) and for unfamiliar pairs (where the
+test pairs record them), with 95% intervals, and the abstention curve's area against the point margin's. The
+answer sentence reads the reference Bayesian head's predictive entropy and its aleatoric and epistemic parts
+(expected entropy, mutual information), beside GPM's |margin| and the ensembles.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from prefpipe.evaluation.summary_keys import (
     AURC_VS_MARGIN,
     AUROC,
     DISAGREEMENT,
+    DISAGREEMENT_FAMILIAR,
     ERRORS,
+    EXPECTED_ENTROPY,
     MARGIN,
     MEMBER_SD,
     MUTUAL_INFORMATION,
@@ -28,10 +31,16 @@ from prefpipe.report.stats import NA, finite
 
 TITLE, ANCHOR = "Uncertainty", "uncertainty"
 TABLE_ANCHOR = "uncertainty-table"
-TARGETS = {ERRORS: "its errors", DISAGREEMENT: "high-disagreement pairs", UNFAMILIAR: "unfamiliar pairs"}
+TARGETS = {
+    ERRORS: "its errors",
+    DISAGREEMENT: "high-disagreement pairs",
+    DISAGREEMENT_FAMILIAR: "high-disagreement pairs among familiar ones",
+    UNFAMILIAR: "unfamiliar pairs",
+}
 LABELS = {
     MARGIN: "-|margin| (point estimate)",
     PREDICTIVE_ENTROPY: "predictive entropy",
+    EXPECTED_ENTROPY: "expected entropy",
     MUTUAL_INFORMATION: "mutual information",
     "flip_probability": "flip probability Φ(-|m|/sd)",
     "variance": "score variance",
@@ -98,7 +107,9 @@ def build(ctx: Context) -> Section | None:
         "AUROC 0.5 = no information. AURC: area under the risk-coverage curve when abstaining on this "
         "uncertainty first (lower is better), with its paired difference from the point margin's [95%]. "
         "High-disagreement: the test pair's subset has a training flip rate at or above the threshold recorded "
-        "in the block; unfamiliar: its kind of prompt never occurs in training."
+        "in the block (among familiar ones: unfamiliar pairs left out); unfamiliar: its kind of prompt never "
+        "occurs in training. Predictive entropy (total) = expected entropy (aleatoric: for disagreement) + "
+        "mutual information (epistemic: for unfamiliar pairs and active learning)."
     )
     table = Table(
         f"How well each head's uncertainty flags what it should, on {ctx.bench}",
@@ -133,7 +144,10 @@ def claims(ctx: Context) -> list[Claim]:
         entropy, mi = _auroc(block, target, PREDICTIVE_ENTROPY), _auroc(block, target, MUTUAL_INFORMATION)
         if entropy is None:
             continue
-        text = f"{title}: predictive entropy {_said(entropy)} ({_informative(entropy)}), mutual information {_said(mi)}"
+        text = f"{title}: predictive entropy {_said(entropy)} ({_informative(entropy)})"
+        if (aleatoric := _auroc(block, target, EXPECTED_ENTROPY)) is not None:
+            text += f", expected entropy {_said(aleatoric)}"
+        text += f", mutual information {_said(mi)}"
         point = _auroc(found.get(POINT_HEAD, {}), target, MARGIN)
         if point is not None:
             text += f"; {POINT_HEAD}'s |margin| {_said(point)}"
