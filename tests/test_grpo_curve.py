@@ -59,6 +59,11 @@ def test_curve_points_and_last_point_equal_a_separate_eval(folders):
             assert point[f"{decoding}_mean_length"] == pytest.approx(block["mean_length"])
             assert point[f"{decoding}_truncated_ratio"] == pytest.approx(block["truncated_ratio"])
     examples = read_jsonl(ev / "per_example.jsonl")
+    # the point names the prompts it got right: eval_policy's, per prompt
+    for decoding in ("greedy", "sampled"):
+        right = {r["id"] for r in examples if r[f"trained_correct_{decoding}"]}
+        assert set(last[f"{decoding}_correct_ids"]) == right
+        assert len(last[f"{decoding}_correct_ids"]) == last[f"{decoding}_correct"]
     for decoding, block in decodings.items():  # the paired block: per-prompt grades of both policies
         t = [r[f"trained_correct_{decoding}"] for r in examples]
         b = [r[f"base_correct_{decoding}"] for r in examples]

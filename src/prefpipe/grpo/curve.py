@@ -3,7 +3,8 @@ first update and every `eval.curve_every` updates (and after the last), greedy a
 
 Each point decodes exactly as the eval_policy stage does (policy_measures.complete, the run's seed, the same
 batches), so the last point equals eval_policy's figure for the saved policy on the same prompts. `step` in a
-row is the number of updates done (0 = the starting policy). Written to <run>/curve.jsonl beside metrics.jsonl.
+row is the number of updates done (0 = the starting policy); each point lists the ids of the prompts answered right,
+so points of two runs on the same prompts compare paired. Written to <run>/curve.jsonl beside metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class LearningCurve:
                 point |= {
                     f"{decoding}_accuracy": sum(correct) / n,
                     f"{decoding}_correct": sum(correct),
+                    # which prompts: two runs' points on the same prompts can then be compared paired
+                    f"{decoding}_correct_ids": [
+                        r["id"] for r, ok in zip(self.rows, correct, strict=True) if ok
+                    ],
                     f"{decoding}_mean_length": sum(comp.lengths) / n,
                     f"{decoding}_truncated_ratio": sum(comp.truncated) / n,
                 }
