@@ -126,6 +126,7 @@ def test_paired_t_interval_by_hand():
     assert got["mean"] == pytest.approx(0.3) and got["sd"] == pytest.approx(0.8)
     half = 4.302652729749464 * 0.8 / math.sqrt(3)  # t(0.975, 2) from tables
     assert got["ci"] == pytest.approx([0.3 - half, 0.3 + half]) and got["dof"] == 2 and got["n"] == 3
+    assert got["t"] == pytest.approx(4.302652729749464)
     assert paired_t_interval([1.0], [0.5], 0.95)["ci"] is None  # one seed: no interval
     with pytest.raises(ValueError, match="equal series"):
         paired_t_interval([1.0, 2.0], [0.5], 0.95)

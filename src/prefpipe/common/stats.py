@@ -168,8 +168,10 @@ def paired_t_interval(a: Sequence[float], b: Sequence[float], confidence: float)
         raise ValueError(f"paired_t_interval: need two equal series (got {len(a)} and {len(b)})")
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     stat = mean_sd(diffs)
-    ci = None
+    t = ci = None
     if stat["sd"] is not None:
-        half = t_quantile(confidence, stat["n"] - 1) * stat["sd"] / math.sqrt(stat["n"])
+        t = t_quantile(confidence, stat["n"] - 1)
+        half = t * stat["sd"] / math.sqrt(stat["n"])
         ci = [stat["mean"] - half, stat["mean"] + half]
-    return {**stat, "ci": ci, "confidence": confidence, "dof": stat["n"] - 1, "method": PAIRED_T_METHOD}
+    dof = stat["n"] - 1
+    return {**stat, "ci": ci, "t": t, "confidence": confidence, "dof": dof, "method": PAIRED_T_METHOD}
