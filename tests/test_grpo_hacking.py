@@ -9,6 +9,7 @@ from support.models import chat_tokenizer, save_tiny_policy, tiny_llama
 from support.settings import grpo_settings, pipeline, reward_settings
 
 from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
+from prefpipe.grpo.metric_names import RISK_PENALTY
 from prefpipe.grpo.rewards import build_rewards
 from prefpipe.grpo.trainer import GRPOTrainer
 
@@ -89,6 +90,16 @@ def test_reward_model_only_run_summary_holds_the_overoptimisation_curve(tmp_path
     assert block["window"] == 3 and block["rm_gain_sd"] == pytest.approx(rm_gain, abs=1e-9)
     assert block["completion_length"] == [r["completion_length_mean"] for r in rows]
     assert block["truncated_ratio"] == [r["truncated_ratio"] for r in rows]
+    # the risk-averse run logs its penalty's spread each step and keeps it in the summary (grpo/risk.py)
+    risk = summary[RISK_PENALTY]
+    if head == "bt":
+        assert risk is None and not any(k.startswith("risk/") for r in rows for k in r)
+        return
+    ratios = [r["risk/reward_model_spread_ratio"] for r in rows]
+    assert all(r["risk/reward_model_penalty_mean"] > 0 for r in rows) and all(x is not None for x in ratios)
+    assert risk["reward_model"]["all_steps"]["penalty_mean"] == pytest.approx(
+        sum(r["risk/reward_model_penalty_mean"] for r in rows) / 3
+    )
 
 
 def test_gap_by_hand():

@@ -10,9 +10,16 @@ import math
 import numpy as np
 import pytest
 from scipy.stats import binomtest
+from scipy.stats import t as student_t
 
 from prefpipe.common.config import DataError
-from prefpipe.common.stats import Z95, mcnemar_exact_p, paired_difference
+from prefpipe.common.stats import (
+    Z95,
+    mcnemar_exact_p,
+    paired_difference,
+    paired_t_interval,
+    t_quantile,
+)
 from prefpipe.grpo import paired
 
 
@@ -98,3 +105,28 @@ def test_prompts_missing_from_a_run_are_left_out_and_none_in_common_is_an_error(
     assert paired.contrast(a, b, "greedy", 500, 0.95, 0)["n"] == 2
     with pytest.raises(DataError, match="no evaluation prompt graded in every run"):
         paired.contrast(a, {"r2": _rows([0], [0], ["w"])}, "greedy", 500, 0.95, 0)
+
+
+def test_t_quantile_matches_closed_forms_and_scipy():
+    # dof 1 (Cauchy): tan(pi/2 * c); dof 2: c * sqrt(2 / (1 - c^2)); large dof: the normal quantile
+    assert t_quantile(0.95, 1) == pytest.approx(math.tan(math.pi / 2 * 0.95), rel=1e-12)
+    assert t_quantile(0.95, 2) == pytest.approx(0.95 * math.sqrt(2 / (1 - 0.95**2)), rel=1e-12)
+    assert t_quantile(0.95, 100_000) == pytest.approx(Z95, abs=1e-4)
+    for dof in range(1, 31):
+        for confidence in (0.8, 0.9, 0.95, 0.99):
+            want = student_t.ppf(0.5 + confidence / 2, dof)
+            assert t_quantile(confidence, dof) == pytest.approx(want, rel=1e-9), (dof, confidence)
+    with pytest.raises(ValueError, match="dof >= 1"):
+        t_quantile(0.95, 0)
+
+
+def test_paired_t_interval_by_hand():
+    a, b = [0.5, 1.5, 0.1], [0.2, 0.4, 0.6]  # differences 0.3, 1.1, -0.5: mean 0.3, sd 0.8
+    got = paired_t_interval(a, b, 0.95)
+    assert got["mean"] == pytest.approx(0.3) and got["sd"] == pytest.approx(0.8)
+    half = 4.302652729749464 * 0.8 / math.sqrt(3)  # t(0.975, 2) from tables
+    assert got["ci"] == pytest.approx([0.3 - half, 0.3 + half]) and got["dof"] == 2 and got["n"] == 3
+    assert got["t"] == pytest.approx(4.302652729749464)
+    assert paired_t_interval([1.0], [0.5], 0.95)["ci"] is None  # one seed: no interval
+    with pytest.raises(ValueError, match="equal series"):
+        paired_t_interval([1.0, 2.0], [0.5], 0.95)

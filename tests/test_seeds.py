@@ -76,6 +76,7 @@ def test_the_seed_summary_is_mean_and_sd_of_each_trees_figures(tmp_path):
     assert got["mean"] == pytest.approx(np.mean(effects)) and got["sd"] == pytest.approx(
         np.std(effects, ddof=1)
     )
+    assert summary["grpo_hacking"] is None  # no GRPO runs in this experiment
     md = (out / "summary.md").read_text()
     assert "mean ± sd over seeds 0, 1, 2" in md and "| klmean | removed |" in md
     # a missing tree is one line naming it, and nothing is written

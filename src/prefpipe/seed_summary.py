@@ -1,5 +1,6 @@
 """Mean ± sd over seeds of the headline figures (sections, four-section average, cyclic, ECE per variant; the
-ablation's fix effects), from one results tree per seed; the last step of scripts/seeds.sh.
+ablation's fix effects; GRPO runs' reward-hacking gaps with paired t intervals, report/seed_hacking.py), from one
+results tree per seed; the last step of scripts/seeds.sh.
 
     python -m prefpipe.seed_summary --configfile config/experiments/seeds.yaml --out results/seeds \\
         results/seeds/seed-0 results/seeds/seed-1 results/seeds/seed-2
@@ -20,7 +21,7 @@ from typing import Any
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text
 from prefpipe.common.logs import setup_logging
-from prefpipe.report import frames, seed_stats
+from prefpipe.report import frames, seed_hacking, seed_stats
 from prefpipe.report.inputs import Manifest, read_tree
 from prefpipe.settings.pipeline import PipelineSettings, load_config
 
@@ -52,6 +53,9 @@ def summarize(settings: PipelineSettings, roots: list[Path]) -> dict[str, Any]:
         "statistic": "mean and sample standard deviation over the trees that have the figure (n)",
         "variants": variants,
         "ablation_fix_effects": ablation,
+        "grpo_hacking": seed_hacking.across(
+            trees, {run: s.eval.confidence for run, s in settings.grpo.items()}
+        ),
         "missing_files": [note for t in trees for note in t.notes],
     }
 
@@ -75,6 +79,7 @@ def markdown(summary: dict[str, Any]) -> str:
         for key, stat in summary["ablation_fix_effects"].items():
             fix, kind = key.split(" ", 1)
             lines.append(f"| {fix} | {kind} | {seed_stats.cell(stat, signed=True)} |")
+    lines += seed_hacking.markdown(summary["grpo_hacking"])
     return "\n".join(lines) + "\n"
 
 

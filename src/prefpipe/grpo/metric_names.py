@@ -28,6 +28,15 @@ VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (
     "verifier_score_mean",
     "verifier_score_std",
 )
+# A risk-averse reward-model reward (risk_aversion lambda > 0; grpo/risk.py), `{name}` the reward: the mean
+# penalty lambda * sd(s), the mean over prompt groups of the within-group sd of the penalty and of the
+# posterior-mean score, and the ratio of those two (0: the penalty is a constant shift that advantages cancel).
+RISK_PENALTY_MEAN, RISK_PENALTY_GROUP_SD, RISK_SCORE_GROUP_SD, RISK_SPREAD_RATIO = (
+    "risk/{name}_penalty_mean",
+    "risk/{name}_penalty_group_sd",
+    "risk/{name}_score_group_sd",
+    "risk/{name}_spread_ratio",
+)
 FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
     "frac_reward_zero_std",
     "entropy",
@@ -43,6 +52,7 @@ TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_se
 
 # --- train_grpo summary.json
 REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/hacking.py)
+RISK_PENALTY = "risk_penalty"  # the risk-averse rewards' penalty spread over the run (grpo/risk.py)
 
 # --- eval_policy summary.json: the decodings, the reward-model block (its win rate of trained over base) and
 # the KL block; then the keys of each policy's block.

@@ -119,6 +119,16 @@ def group_pair_index(num_completions: int, group_size: int) -> tuple[torch.Tenso
     return torch.tensor(firsts, dtype=torch.long), torch.tensor(seconds, dtype=torch.long)
 
 
+@dataclass
+class RiskParts:
+    """A risk-averse reward's two terms per completion, in score units before any transform: the posterior-mean
+    score and the penalty lambda * sd(s), each averaged over the completion's comparisons (its reward, without
+    transform, is score - penalty)."""
+
+    score: torch.Tensor
+    penalty: torch.Tensor
+
+
 class RewardModelReward:
     """Reward from a prefpipe reward model; see the module docstring for the formulas."""
 
@@ -133,27 +143,50 @@ class RewardModelReward:
             )
         self.rm, self.opponent, self.risk_aversion = rm, opponent, float(risk_aversion)
         self.transform, self.batch_size = transform, batch_size
+        self.last_risk: RiskParts | None = None  # the last call's score and penalty (risk_aversion > 0 only)
 
-    def _finish(self, score: torch.Tensor, var: torch.Tensor | None) -> torch.Tensor:
-        score = score.float()
-        if self.risk_aversion and var is not None:
-            score = score - self.risk_aversion * var.float().clamp(min=0).sqrt()
+    def _penalty(self, var: torch.Tensor | None) -> torch.Tensor | None:
+        """lambda * sd(s) per comparison; None without risk aversion (or without a posterior variance)."""
+        if not self.risk_aversion or var is None:
+            return None
+        return self.risk_aversion * var.float().reshape(-1).clamp(min=0).sqrt()
+
+    def _keep_risk(self, score: torch.Tensor, penalty: torch.Tensor | None, per: int) -> None:
+        """Per completion, the mean over its `per` comparisons of the posterior-mean score and of the penalty,
+        kept for the step's diagnostics (grpo/risk.py): a penalty only moves advantages through its spread
+        within a group."""
+        self.last_risk = None
+        if penalty is not None:
+            self.last_risk = RiskParts(
+                score.float().view(-1, per).mean(dim=1), penalty.view(-1, per).mean(dim=1)
+            )
+
+    def _finish(self, score: torch.Tensor, penalty: torch.Tensor | None) -> torch.Tensor:
+        score = score.float().reshape(-1)
+        if penalty is not None:
+            score = score - penalty
         if self.transform == "sigmoid":
             score = torch.sigmoid(score / self.rm.tau)
         return score
 
     def __call__(self, inputs: RewardInputs) -> torch.Tensor:
+        self.last_risk = None
         enc = self.rm.encode(inputs.prompts, inputs.completions, batch_size=self.batch_size)
         if self.opponent == "reference":
             if inputs.reference_completions is None:
                 raise ValueError("reward_model opponent=reference needs reference completions")
             ref = self.rm.encode(inputs.prompts, inputs.reference_completions, batch_size=self.batch_size)
-            return self._finish(*self.rm.compare(enc, ref))
+            score, var = self.rm.compare(enc, ref)
+            penalty = self._penalty(var)
+            self._keep_risk(score.reshape(-1), penalty, 1)
+            return self._finish(score, penalty)
         if self.rm.scalar_reward:
-            return self._finish(self.rm.rewards(enc).reshape(-1), None)
+            return self._finish(self.rm.rewards(enc), None)
         first, second = group_pair_index(len(inputs.completions), inputs.group_size)
         score, var = self.rm.compare(_rows(enc, first), _rows(enc, second))
-        pairwise = self._finish(score.reshape(-1), None if var is None else var.reshape(-1))
+        penalty = self._penalty(var)
+        self._keep_risk(score.reshape(-1), penalty, inputs.group_size - 1)
+        pairwise = self._finish(score, penalty)
         return pairwise.view(-1, inputs.group_size - 1).mean(dim=1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from prefpipe.common.chat import conversation
-from prefpipe.grpo import diagnostics
+from prefpipe.grpo import diagnostics, risk
 from prefpipe.grpo.advantages import group_advantages
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.metric_names import FRAC_REWARD_ZERO_STD
@@ -96,5 +96,6 @@ def score_batch(
         FRAC_REWARD_ZERO_STD: adv.frac_zero_std,
         **diagnostics.advantage_metrics(adv.advantages),
         **diagnostics.length_metrics(rollout),
+        **risk.step_metrics(rewards, G, dp.gather_rows),
     }
     return batch, metrics

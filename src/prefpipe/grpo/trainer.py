@@ -27,9 +27,10 @@ from prefpipe.grpo.curve import LearningCurve
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines import build_engine
 from prefpipe.grpo.hacking import overoptimisation
-from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, STEP_TIME
+from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, RISK_PENALTY, STEP_TIME
 from prefpipe.grpo.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.rewards import RewardModelReward, WeightedReward, needs_reference_completions
+from prefpipe.grpo.risk import risk_summary
 from prefpipe.grpo.rollout import GenerationSettings, generate
 from prefpipe.grpo.step_batch import reward_inputs, score_batch, select_prompts, step_uniforms
 from prefpipe.grpo.train_state import load_train_state, save_train_state
@@ -344,5 +345,6 @@ class GRPOTrainer:
             "trainable_parameters": sum(p.numel() for p in self.params),
             "inspect_steps": inspect_step_save.saved_steps(self.out_dir),
             REWARD_HACKING: overoptimisation(rows, self.settings.rewards, self._scalar_reward_model()),
+            RISK_PENALTY: risk_summary(rows),
             "total_parameters": sum(p.numel() for p in self.policy.parameters()),
         }

@@ -1,0 +1,116 @@
+"""A risk-averse reward's penalty spread (grpo/risk.py) against hand computations: the per-completion score and
+penalty from a real tiny Bayesian GPM scored one pair at a time, group sds with numpy, and the fact the
+diagnostic exists for: a penalty constant within each group leaves group-relative advantages unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from support.models import save_tiny_policy
+from support.settings import reward_settings, reward_spec
+
+from prefpipe.grpo import risk
+from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.rewards import RewardInputs, build_rewards, compute_rewards
+
+PROMPTS = ["What is 2 plus 3?", "Say yes."]
+COMPLETIONS = ["5", "6", "five", "5 apples", "yes", "no", "yes yes", "Yes."]
+REFS = ["5"] * 4 + ["yes"] * 4
+G, LAM = 4, 0.7
+
+
+def _inputs() -> RewardInputs:
+    return RewardInputs(
+        prompts=[p for p in PROMPTS for _ in range(G)],
+        completions=list(COMPLETIONS),
+        answers=["5"] * G + ["yes"] * G,
+        kinds=["add"] * G + ["repeat"] * G,
+        terminated=[True] * 8,
+        group_size=G,
+        reference_completions=list(REFS),
+    )
+
+
+@pytest.fixture(scope="module")
+def bgpm(tmp_path_factory):
+    from prefpipe.reward.model import build_reward_model
+
+    backbone = save_tiny_policy(tmp_path_factory.mktemp("rm_base"), seed=11, chat_template=False)
+    settings = reward_settings({"head": {"dim": 4}, "data": {"max_length": 64}}, variant="bgpm")
+    torch.manual_seed(0)
+    return build_reward_model(str(backbone), settings).eval()
+
+
+def _pair(rm, prompt: str, a: str, b: str) -> tuple[float, float]:
+    """One comparison encoded on its own: (posterior-mean score, sd)."""
+    size = reward_spec("reward_model")["batch_size"]
+    score, var = rm.compare(rm.encode([prompt], [a], size), rm.encode([prompt], [b], size))
+    return float(score[0]), float(var[0]) ** 0.5
+
+
+def _expected(scores: list[float], penalties: list[float]) -> dict[str, float]:
+    s, p = np.array(scores).reshape(-1, G), np.array(penalties).reshape(-1, G)
+    p_sd, s_sd = p.std(axis=1, ddof=1).mean(), s.std(axis=1, ddof=1).mean()
+    return {
+        "risk/rm_penalty_mean": p.mean(),
+        "risk/rm_penalty_group_sd": p_sd,
+        "risk/rm_score_group_sd": s_sd,
+        "risk/rm_spread_ratio": p_sd / s_sd,
+    }
+
+
+@pytest.mark.parametrize("opponent", ["reference", "group"])
+def test_step_metrics_match_a_hand_computation(bgpm, opponent):
+    spec = reward_spec("reward_model", name="rm", opponent=opponent, risk_aversion=LAM)
+    rewards = build_rewards([spec], bgpm)
+    _, parts = compute_rewards(rewards, _inputs())
+    scores, penalties = [], []
+    for i, (prompt, text) in enumerate(zip(_inputs().prompts, COMPLETIONS, strict=True)):
+        group = range(i // G * G, i // G * G + G)
+        others = [REFS[i]] if opponent == "reference" else [COMPLETIONS[j] for j in group if j != i]
+        pairs = [_pair(bgpm, prompt, text, other) for other in others]
+        scores.append(np.mean([s for s, _ in pairs]))
+        penalties.append(np.mean([LAM * sd for _, sd in pairs]))
+    got = risk.step_metrics(rewards, G, lambda rows: rows)
+    assert got == pytest.approx(_expected(scores, penalties), rel=1e-4)
+    # the reward itself is score - penalty (no transform)
+    assert parts["rm"].tolist() == pytest.approx(np.subtract(scores, penalties).tolist(), abs=1e-5)
+
+
+def test_no_metrics_without_risk_aversion(bgpm):
+    rewards = build_rewards([reward_spec("reward_model", opponent="reference")], bgpm)
+    compute_rewards(rewards, _inputs())
+    assert risk.step_metrics(rewards, G, lambda rows: rows) == {}
+
+
+def test_a_penalty_constant_within_groups_changes_no_advantage():
+    score = torch.tensor([0.3, -1.0, 2.0, 0.5, 1.0, 1.5, -0.5, 0.0])
+    penalty = torch.tensor([0.2] * 4 + [0.9] * 4)  # differs between prompts only
+    for mode in ("group", "none"):
+        plain = group_advantages(score, G, mode, 1e-4).advantages
+        averse = group_advantages(score - penalty, G, mode, 1e-4).advantages
+        assert torch.allclose(plain, averse, atol=1e-6)
+    got = risk.risk_metrics("rm", score, penalty, G)
+    assert got["risk/rm_penalty_group_sd"] == 0.0 and got["risk/rm_spread_ratio"] == 0.0
+    assert got["risk/rm_penalty_mean"] == pytest.approx(0.55)
+    assert risk.risk_metrics("rm", torch.ones(8), penalty, G)["risk/rm_spread_ratio"] is None
+
+
+def test_run_summary_by_hand():
+    rows = [
+        {
+            "step": s,
+            "risk/rm_penalty_mean": 0.1 * s,
+            "risk/rm_penalty_group_sd": 0.01 * s,
+            "risk/rm_score_group_sd": 0.5,
+        }
+        for s in range(7)
+    ]
+    block = risk.risk_summary(rows)["rm"]
+    assert block["window"] == 5
+    assert block["first_steps"]["penalty_mean"] == pytest.approx(0.2)  # steps 0..4
+    assert block["last_steps"]["penalty_group_sd"] == pytest.approx(0.04)  # steps 2..6
+    assert block["last_steps"]["spread_ratio"] == pytest.approx(0.04 / 0.5)
+    assert block["all_steps"]["spread_ratio"] == pytest.approx(0.03 / 0.5)
+    assert risk.risk_summary([{"step": 0, "reward_mean": 1.0}]) is None
