@@ -4,27 +4,18 @@ take the same two steps as one process on the same batch: same weights, same los
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from support.torchrun import finish, start
 
 WORKER = Path(__file__).parent / "support" / "grpo_dp_worker.py"
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _launch(out: Path, processes: int, overrides: dict) -> tuple[dict, list[dict]]:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-        "--master_port", str(29500 + processes + os.getpid() % 1000), str(WORKER), str(out), json.dumps(overrides),
-    ]  # fmt: skip
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    finish(start(WORKER, processes, out.with_suffix(".log"), str(out), json.dumps(overrides)))
     return load_file(out / "weights.safetensors"), json.loads((out / "metrics.json").read_text())
 
 

@@ -97,12 +97,27 @@ def test_sampler_weights_scale_the_surrogate_only():
     assert float(out.policy_loss) == pytest.approx(float((-adv[:, None] * w).sum() / 6))
 
 
-def test_the_vllm_engine_refuses_data_parallel_processes_before_importing_vllm(tmp_path):
-    settings = grpo_settings({"rollout": {"engine": "vllm"}})
+def test_vllm_engines_of_data_parallel_processes_join_the_launchers_group(monkeypatch):
+    """One process: vLLM's own executor. Several: external_launcher over the launcher's env:// rendezvous,
+    tensor parallel 1; without the launcher's variables, a one-line error naming them (before vLLM starts)."""
+    from prefpipe.grpo.engines.vllm_engine import _launcher_args
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    dp = DataParallel()
+    assert _launcher_args(dp) == {}
+    dp.world_size = 2  # the launch's process count; the group itself is not needed to choose the executor
     with pytest.raises(
-        ValueError, match=r"grpo\.verifier\.rollout\.engine: vllm runs in one trainer process"
+        RuntimeError, match=r"2 processes needs the launcher's RANK, LOCAL_RANK, .*MASTER_PORT"
     ):
-        build_engine(settings, None, None, tmp_path, processes=2)
+        _launcher_args(dp)
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert _launcher_args(dp) == {
+        "distributed_executor_backend": "external_launcher",
+        "tensor_parallel_size": 1,
+    }
 
 
 def test_vllm_engine_length_past_the_models_positions_is_allowed_with_a_warning(monkeypatch, caplog):

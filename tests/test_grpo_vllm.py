@@ -14,20 +14,13 @@ import json
 import os
 
 import pytest
+from support.vllm_import import require_vllm
 
-try:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    import vllm  # noqa: F401
-except Exception as err:  # ImportError, or a wheel built for another torch
-    pytest.skip(
-        f"vllm does not import here ({type(err).__name__}: {err}); build the vLLM virtualenv with "
-        "scripts/vllm_env.sh and run this file with its python",
-        allow_module_level=True,
-    )
+require_vllm()
 
-from support.grpo_vllm import base_weights_only, skip_push_at, trainer
+from support.grpo_vllm import base_weights_only, skip_push_at, trainer  # noqa: E402
 
-from prefpipe.grpo.engines.vllm_engine import EngineOutOfSync
+from prefpipe.grpo.engines.vllm_engine import EngineOutOfSync  # noqa: E402
 
 STEPS = 3
 FP32_GAP = 1e-4  # engine vs trainer log-probs, both fp32 on CPU: kernel rounding only

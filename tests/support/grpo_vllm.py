@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.rewards import WeightedReward
 from prefpipe.grpo.trainer import GRPOTrainer
 from support.models import chat_tokenizer, tiny_smollm2
@@ -24,7 +25,9 @@ def digit_share(inputs) -> torch.Tensor:
     return torch.tensor([sum(c.isdigit() for c in t) / max(len(t), 1) for t in inputs.completions])
 
 
-def trainer(tmp: Path, lora: bool, steps: int = 3, **over) -> GRPOTrainer:
+def trainer(
+    tmp: Path, lora: bool, steps: int = 3, data_parallel: DataParallel | None = None, **over
+) -> GRPOTrainer:
     tok = chat_tokenizer()
     policy = tiny_smollm2(tok, seed=0)
     lora_state = "none"
@@ -51,7 +54,14 @@ def trainer(tmp: Path, lora: bool, steps: int = 3, **over) -> GRPOTrainer:
         }
     )
     return GRPOTrainer(
-        settings, policy, tok, lora_state, ROWS, [WeightedReward("digits", 1.0, digit_share)], tmp
+        settings,
+        policy,
+        tok,
+        lora_state,
+        ROWS,
+        [WeightedReward("digits", 1.0, digit_share)],
+        tmp,
+        data_parallel=data_parallel,
     )
 
 

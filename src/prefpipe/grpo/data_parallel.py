@@ -4,7 +4,8 @@ a step's prompts, and gradients are summed over processes before the optimizer s
 What keeps N processes equal to one process on the same batch:
 - every process selects the same prompts and draws the same (N, max_new_tokens) sampling uniforms from a
   generator seeded by (seed, step), then takes its contiguous slice (whole groups: prompts_per_step must
-  divide by the process count), so its rows are sampled exactly as one process would sample them;
+  divide by the process count), so its rows are sampled exactly as one process would sample them (a vLLM engine
+  per process cannot take the uniforms: it seeds each request by the same global row, engines/vllm_engine.py);
 - rewards are gathered before advantages, so group and batch scaling see the whole batch;
 - the loss normalisers (sequences, loss tokens, micro-batches) are summed over processes, each process
   backpropagates its micro-batches' share of the global loss, and gradients are all-reduced with SUM;

@@ -82,7 +82,7 @@ class GRPOTrainer:
         self.dp = data_parallel or DataParallel()
         self.optimizer = make_adamw(self.params, settings)
         # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
-        self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp.world_size)
+        self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp)
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
@@ -130,7 +130,7 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         prompts = [conversation(r) for r in rows]
         rollout = self.engine.generate(
-            self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step
+            self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step, share.start
         )
         t1 = time.perf_counter()
         refs = None

@@ -12,10 +12,16 @@ from prefpipe.settings.grpo import GrpoSettings
 
 class RolloutEngine(Protocol):
     def generate(
-        self, policy: torch.nn.Module, tokenizer, prompts: list[str], uniforms: torch.Tensor, seed: int
+        self,
+        policy: torch.nn.Module,
+        tokenizer,
+        prompts: list[str],
+        uniforms: torch.Tensor,
+        seed: int,
+        first_prompt: int = 0,
     ) -> Rollout:
-        """G completions per prompt, prompt-major rows; `uniforms` fix the plain engine's samples, `seed` an
-        engine's own sampler."""
+        """G completions per prompt, prompt-major rows; `uniforms` fix the plain engine's samples, `seed` and
+        `first_prompt` (the step's index of prompts[0], for data-parallel slices) an engine's own sampler."""
         ...
 
     def sync(self, policy: torch.nn.Module, step: int) -> dict[str, float]:
@@ -41,7 +47,13 @@ class PlainEngine:
         )
 
     def generate(
-        self, policy: torch.nn.Module, tokenizer, prompts: list[str], uniforms: torch.Tensor, seed: int
+        self,
+        policy: torch.nn.Module,
+        tokenizer,
+        prompts: list[str],
+        uniforms: torch.Tensor,
+        seed: int,
+        first_prompt: int = 0,
     ) -> Rollout:
         s = self.settings
         return generate(

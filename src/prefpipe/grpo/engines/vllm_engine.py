@@ -14,6 +14,14 @@ a difference above `rollout.sync_tolerance` raises EngineOutOfSync naming the st
 stale weights. `engine_probe_step_change` (how far the step moved the trainer's probe log-probs) says whether a
 missed sync was detectable at that step: it is, when the change exceeds the tolerance.
 Why the prefix cache is reset after a sync: cached prompt KV was computed with the previous weights.
+Several data-parallel processes (grpo/data_parallel.py): one engine per process, tensor parallel 1, joined to the
+launcher's process group by vLLM's `external_launcher` backend (TRL's colocate mode does the same); each samples
+its own slice of prompts, every rank syncs and probes every step, and the probe gap is reduced over ranks so all
+ranks raise together (one rank raising alone would leave the others waiting in the next collective).
+Why per-request seeds keyed by the GLOBAL row: vLLM's sampler draws from its own generator and cannot take
+prefpipe's uniforms, so N processes are not bit-equal to one; but request (prompt p of the step, generation g)
+gets the same seed on any process count, so a rank samples its rows as one process would, up to the logits'
+rounding differing with the batch's composition.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pathlib import Path
 import torch
 
 from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
+from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.engines.weights import full_weights
 from prefpipe.grpo.metric_names import ENGINE_SYNC_TIME
 from prefpipe.grpo.rollout import Rollout, build_rollout
@@ -76,11 +85,37 @@ def _allow_model_len(settings: GrpoSettings, policy: torch.nn.Module) -> int:
     return wanted
 
 
+def _launcher_args(dp: DataParallel) -> dict:
+    """One process: vLLM's own single-process executor. Several: `external_launcher`, which joins the process
+    group DataParallel set up (env:// from RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, which
+    torchrun and `accelerate launch` export) instead of creating its own; tensor parallel 1, so every rank is an
+    engine of its own."""
+    if not dp.enabled:
+        return {}
+    missing = [
+        k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(
+            f"grpo rollout.engine vllm with {dp.world_size} processes needs the launcher's {', '.join(missing)} "
+            "(start it with torchrun or accelerate launch)"
+        )
+    return {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
+
+
 class VllmEngine:
-    def __init__(self, settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: GrpoSettings,
+        policy: torch.nn.Module,
+        tokenizer,
+        work_dir: Path,
+        dp: DataParallel | None = None,
+    ) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: the model object stays reachable
         from vllm import LLM
 
+        self.dp = dp or DataParallel()
         self.settings, self.r = settings, settings.rollout
         on_cuda = next(policy.parameters()).device.type == "cuda"
         if not on_cuda:
@@ -92,6 +127,7 @@ class VllmEngine:
             vocab, (PROBE_LENGTH,), generator=torch.Generator().manual_seed(settings.seed)
         )
         self.last_probe: torch.Tensor | None = None
+        self.last_gaps: list[float] = []  # every rank's probe gap at the last sync, in rank order
         self.pad_id = pad_token_id(tokenizer)
         max_len = _allow_model_len(settings, policy)
         self.llm = LLM(
@@ -106,6 +142,7 @@ class VllmEngine:
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",  # after temperature/top-k/top-p, as the trainer scores
             seed=settings.seed,
+            **_launcher_args(self.dp),
         )
         self.sync(policy, -1)
 
@@ -144,15 +181,22 @@ class VllmEngine:
         t0 = time.perf_counter()
         self._push_weights(list(full_weights(policy)))
         trainer = self._trainer_probe(policy)
-        gap = float((self._engine_probe() - trainer).abs().max())
+        local = float((self._engine_probe() - trainer).abs().max())
+        gaps = self.dp.gather_rows(torch.tensor([local], dtype=torch.float64))  # every rank's gap, rank order
+        self.last_gaps = gaps.tolist()
+        gap = float(gaps.max())  # NaN propagates: a NaN gap fails the check below
         change = float((trainer - self.last_probe).abs().max()) if self.last_probe is not None else 0.0
         self.last_probe = trainer
         when = "before step 0" if step < 0 else f"after step {step}"
         if not gap <= self.r.sync_tolerance:
+            ranks = [r for r, g in enumerate(self.last_gaps) if not g <= self.r.sync_tolerance]
+            where = (
+                f" on process {', '.join(map(str, ranks))} of {self.dp.world_size}" if self.dp.enabled else ""
+            )
             raise EngineOutOfSync(
-                f"step {step}: the vLLM engine does not compute the trainer's policy {when}: probe log-probs differ "
-                f"by up to {gap:.3g} > grpo.rollout.sync_tolerance {self.r.sync_tolerance:g} (the step moved "
-                f"them by {change:.3g}); the weight sync did not reach the engine"
+                f"step {step}: the vLLM engine{where} does not compute the trainer's policy {when}: probe log-probs "
+                f"differ by up to {gap:.3g} > grpo.rollout.sync_tolerance {self.r.sync_tolerance:g} (the step "
+                f"moved them by {change:.3g}); the weight sync did not reach the engine"
             )
         return {ENGINE_SYNC_TIME: time.perf_counter() - t0, PROBE_GAP: gap, PROBE_CHANGE: change}
 
@@ -174,9 +218,16 @@ class VllmEngine:
         )
 
     def generate(
-        self, policy: torch.nn.Module, tokenizer, prompts: list[str], uniforms: torch.Tensor, seed: int
+        self,
+        policy: torch.nn.Module,
+        tokenizer,
+        prompts: list[str],
+        uniforms: torch.Tensor,
+        seed: int,
+        first_prompt: int = 0,
     ) -> Rollout:
-        """G completions per prompt, one request each (its own seed: resumable, and G distinct samples)."""
+        """G completions per prompt, one request each, seeded by its row of the whole step (`first_prompt`: the
+        step's index of prompts[0]): resumable, G distinct samples, the same seeds on any process count."""
         s, G = self.settings, self.settings.num_generations
         batch = tokenize_prompts(tokenizer, prompts, s.max_prompt_length)
         requests, params = [], []
@@ -184,7 +235,7 @@ class VllmEngine:
             ids = batch.input_ids[p][batch.attention_mask[p].bool()].tolist()
             for g in range(G):
                 requests.append({"prompt_token_ids": ids})
-                params.append(self._sampling_params(seed * 1_000_003 + p * G + g))
+                params.append(self._sampling_params(seed * 1_000_003 + (first_prompt + p) * G + g))
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         device = next(policy.parameters()).device
         n, width = len(outputs), s.max_new_tokens
