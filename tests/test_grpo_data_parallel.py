@@ -43,6 +43,13 @@ def test_two_processes_take_the_one_process_steps(tmp_path, overrides):
             "grad_norm",
             "num_loss_tokens",
             "entropy",
+            "completion_length_mean",
+            "truncated_ratio",
         ):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+        # KL diagnostics (a reference model only when beta > 0): over every process's tokens, not rank 0's
+        kl_keys = ("kl_k3_mean", "kl_k1_mean", "kl_k3_max", "max_abs_log_ratio")
+        assert all(key in a and key in b for key in kl_keys) == (overrides["beta"] > 0)
+        for key in kl_keys if overrides["beta"] > 0 else ():
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
     assert one_m[-1]["grad_norm"] > 0

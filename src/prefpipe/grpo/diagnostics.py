@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,6 +38,9 @@ from prefpipe.grpo.metric_names import (
     VERIFIER_SCORE_STD,
 )
 from prefpipe.grpo.rollout import Rollout
+
+# a collective over data-parallel processes (DataParallel.sum / .max / .gather_rows); the identity alone
+Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -73,25 +77,52 @@ def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
     return {ADV_ABS_MEAN: float(advantages.abs().mean()), ADV_ABS_MAX: float(advantages.abs().max())}
 
 
-def kl_metrics(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Token-level mean and max of each estimator over loss tokens, plus the largest |log-ratio|."""
+def _same(values: torch.Tensor) -> torch.Tensor:
+    return values
+
+
+def kl_metrics(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    reduce_sum: Reduce = _same,
+    reduce_max: Reduce = _same,
+) -> dict[str, float]:
+    """Token-level mean and max of each estimator over loss tokens, plus the largest |log-ratio|; under data
+    parallelism `reduce_sum` / `reduce_max` (DataParallel.sum / .max) make them over every process's tokens."""
     log_ratio = masked_log_ratio(logp.detach(), ref_logp, mask)
-    out: dict[str, float] = {MAX_ABS_LOG_RATIO: masked_max(log_ratio.abs(), mask)}
-    for name in ("k1", "k2", "k3"):
-        values = kl_from_log_ratio(log_ratio, name)
-        out[KL_MEAN.format(name=name)] = masked_mean(values, mask)
-        out[KL_MAX.format(name=name)] = masked_max(values, mask)
+    on = mask.bool()
+    m = mask.float()
+    names = ("k1", "k2", "k3")
+    per_estimator = [kl_from_log_ratio(log_ratio, name).float() for name in names]
+    totals = reduce_sum(torch.stack([*[(v * m).sum() for v in per_estimator], m.sum()]).double())
+    empty = torch.tensor(float("-inf"))
+    maxes = reduce_max(
+        torch.stack([v[on].max() if on.any() else empty for v in [log_ratio.abs().float(), *per_estimator]])
+    )
+    count = float(totals[-1].clamp(min=1.0))
+    out: dict[str, float] = {MAX_ABS_LOG_RATIO: _finite_or_zero(maxes[0])}
+    for i, name in enumerate(names):
+        out[KL_MEAN.format(name=name)] = float(totals[i]) / count
+        out[KL_MAX.format(name=name)] = _finite_or_zero(maxes[i + 1])
     return out
 
 
-def length_metrics(rollout: Rollout) -> dict[str, float]:
-    lengths = rollout.lengths.float()
+def _finite_or_zero(value: torch.Tensor) -> float:
+    """A max over no loss tokens (every process empty) reads 0, as masked_max does."""
+    return float(value) if torch.isfinite(value) else 0.0
+
+
+def length_metrics(rollout: Rollout, gather: Reduce = _same) -> dict[str, float]:
+    """Completion lengths and truncation over the step's rows; under data parallelism `gather`
+    (DataParallel.gather_rows) makes them over every process's rows, not this process's share."""
+    lengths = gather(rollout.lengths.float())
     return {
         LENGTH_MEAN: float(lengths.mean()),
         LENGTH_MIN: float(lengths.min()),
         LENGTH_MAX: float(lengths.max()),
-        TRUNCATED_RATIO: float(rollout.truncated.float().mean()),
-        PROMPT_TRUNCATION_RATE: float(rollout.prompt_truncated.float().mean()),
+        TRUNCATED_RATIO: float(gather(rollout.truncated.float()).mean()),
+        PROMPT_TRUNCATION_RATE: float(gather(rollout.prompt_truncated.float()).mean()),
     }
 
 

@@ -95,7 +95,7 @@ def score_batch(
         **verifier,
         FRAC_REWARD_ZERO_STD: adv.frac_zero_std,
         **diagnostics.advantage_metrics(adv.advantages),
-        **diagnostics.length_metrics(rollout),
+        **diagnostics.length_metrics(rollout, dp.gather_rows),
         **risk.step_metrics(rewards, G, dp.gather_rows),
     }
     return batch, metrics

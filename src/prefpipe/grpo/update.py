@@ -298,9 +298,9 @@ def _metrics(
                 first.logp, batch.rollout.sampler_logprobs, comp_mask, s.rollout.importance_cap, dp
             )
         )
-    if first.ref is not None:  # KL diagnostics over this process's rows
+    if first.ref is not None:  # KL diagnostics over every process's loss tokens
         metrics["kl_loss"] = kl_loss / k
-        metrics.update(diagnostics.kl_metrics(first.logp, first.ref, comp_mask))
+        metrics.update(diagnostics.kl_metrics(first.logp, first.ref, comp_mask, dp.sum, dp.max))
     return metrics
 
 
