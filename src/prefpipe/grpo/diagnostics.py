@@ -43,16 +43,6 @@ from prefpipe.grpo.rollout import Rollout
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    m = mask.float()
-    return float((values.float() * m).sum() / m.sum().clamp(min=1.0))
-
-
-def masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
-    on = mask.bool()
-    return float(values[on].max()) if on.any() else 0.0
-
-
 def reward_metrics(total: torch.Tensor, parts: dict[str, torch.Tensor], group_size: int) -> dict[str, float]:
     out = {REWARD_MEAN: float(total.mean()), REWARD_STD: float(total.std()) if total.numel() > 1 else 0.0}
     for name, values in parts.items():
@@ -109,7 +99,7 @@ def kl_metrics(
 
 
 def _finite_or_zero(value: torch.Tensor) -> float:
-    """A max over no loss tokens (every process empty) reads 0, as masked_max does."""
+    """A max over no loss tokens (every process empty) reads 0."""
     return float(value) if torch.isfinite(value) else 0.0
 
 
