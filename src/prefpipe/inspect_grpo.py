@@ -99,7 +99,7 @@ def fresh(args, settings: GrpoSettings) -> tuple[StepTable, None, str]:
             raise UserError(f"run {settings.run!r} has a reward_model reward: pass --reward-model FOLDER")
         from prefpipe.reward.ensemble import load_reward
 
-        reward_model = load_reward(args.reward_model, fast_paths=settings.fast_paths)
+        reward_model = load_reward(args.reward_model, device="cpu", fast_paths=settings.fast_paths)
     fresh_settings = dataclasses.replace(
         settings, beta=0.0, inspect_steps=[]
     )  # the reference is attached below

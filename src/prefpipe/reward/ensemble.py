@@ -95,7 +95,7 @@ class EnsembleRewardModel:
 
 
 def load_reward(
-    folders: Sequence[str | os.PathLike], device: str | torch.device = "cpu", fast_paths: bool | None = None
+    folders: Sequence[str | os.PathLike], device: str | torch.device, fast_paths: bool | None
 ) -> RewardModel | EnsembleRewardModel:
     """One reward model folder: that model; several: the deep ensemble of their models (the workflow passes
     the members of the eval.ensembles entry a run's `reward_model` names, in its order)."""
