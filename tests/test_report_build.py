@@ -218,3 +218,24 @@ def test_the_build_logs_each_section_so_its_log_is_never_silent_for_long(tmp_pat
     assert progress[0].startswith("report section 1/") and "part answers" in progress[0], progress
     assert re.match(r"report section (\d+)/\1 ", progress[-1]), progress
     assert any(m.startswith("writing HTML") for m in lines), lines
+
+
+def test_without_its_broken_variant_the_ablation_names_the_farthest_one_for_what_it_is(tmp_path):
+    """An experiment that trains only some Bayesian variants (uncertainty.yaml: bgpm and bgpm-kl) has no
+    variant with every fix off: the one the rows are compared against is named as the farthest from the
+    reference, never "broken: every fix off"."""
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=3, grpo_steps=3)
+    files = manifest()
+    files.files["eval"] = {v: p for v, p in files.files["eval"].items() if v != "bgpm-broken"}
+    build(_config(), root, tmp_path / "out", files)
+    md = (tmp_path / "out" / "report.md").read_text()
+    section = md.split("## Bayesian GPM ablation", 1)[1].split("\n## ", 1)[0]
+    assert "every fix off" not in md
+    assert "the variant farthest from bgpm in settings (no broken variant trained)" in section
+    answers = md.split("\n## ", 2)[1]
+    assert "Bayesian fixes vs bgpm-broken+" in answers and "farthest from bgpm in settings" in answers
+
+    full = tmp_path / "full"
+    build(_config(), root, full, manifest())
+    assert "| bgpm-broken | broken: every fix off |" in (full / "report.md").read_text()

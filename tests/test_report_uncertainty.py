@@ -41,7 +41,10 @@ BGPM = {
                            "unfamiliar": (0.821, 0.79, 0.86)},
 }  # fmt: skip
 GPM = {"neg_abs_margin": {"errors": (0.703, 0.67, 0.74), "disagreement": (0.64, 0.61, 0.68)}}
-ENSEMBLE = {"score_sd": {"errors": (0.65, 0.6, 0.7), "unfamiliar": (0.9, 0.85, 0.95)}}
+ENSEMBLE = {
+    "score_sd": {"errors": (0.65, 0.6, 0.7), "unfamiliar": (0.9, 0.85, 0.95)},
+    "mutual_information": {"errors": (0.7, 0.66, 0.74)},
+}
 
 
 def _add_blocks(root):
@@ -78,9 +81,10 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
         "mutual information 0.763 [0.730, 0.790]" in answers
     )
     assert (
-        "gpm's |margin| 0.703 [0.670, 0.740]; ensemble gpm-ensemble's members' sd 0.650 [0.600, 0.700]"
-        in answers
+        "gpm's |margin| 0.703 [0.670, 0.740]; ensemble gpm-ensemble's members' sd 0.650 [0.600, 0.700], "
+        "mutual information 0.700 [0.660, 0.740]; for" in answers
     )
+    assert "members' sd 0.900 [0.850, 0.950]." in answers  # no ensemble MI recorded for unfamiliar pairs
     assert (
         "high-disagreement pairs: predictive entropy 0.489 [0.450, 0.520] (not distinguishable from chance)"
         in answers

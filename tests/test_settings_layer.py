@@ -71,9 +71,10 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
     assert _without_run_keys(to_mapping(settings.data), "demonstrations_needed") == raw["data"]
     assert _without_run_keys(to_mapping(settings.base)) == raw["base"]
     report = {k: v for k, v in raw["report"].items() if k != "enabled"}
-    # the report's ablation reference is derived from its one owner, ablation.reference
-    assert "reference" not in raw["report"]["ablation"]
-    report["ablation"] = {**report["ablation"], "reference": raw["ablation"]["reference"]}
+    # the report's ablation reference and broken variant are derived from their one owner, `ablation`
+    assert "reference" not in raw["report"]["ablation"] and "broken" not in raw["report"]["ablation"]
+    owned = {k: raw["ablation"][k] for k in ("reference", "broken")}
+    report["ablation"] = {**report["ablation"], **owned}
     assert _without_run_keys(to_mapping(settings.report)) == report
     assert to_mapping(settings.eval)["eval"] == raw["eval"]
     ablation = {k: v for k, v in raw["ablation"].items() if k != "enabled"}

@@ -247,10 +247,11 @@ def _active_learning(raw: dict[str, Any], trained: list[str], stage: Any) -> Act
 
 def _report_section(raw: dict[str, Any]) -> dict[str, Any]:
     """The report's keys without the workflow switch `enabled`, and the ablation reference it describes rows
-    against taken from its one owner, `ablation.reference` (the report's settings carry it as
-    `ablation.reference`; the config has no report key for it)."""
+    against and the broken variant, taken from their one owner, `ablation.reference` / `ablation.broken` (the
+    report's settings carry them under the same names; the config has no report key for them)."""
     section = {k: v for k, v in raw["report"].items() if k != "enabled"}
-    section["ablation"] = {"reference": raw["ablation"]["reference"], **section["ablation"]}
+    owned = {k: raw["ablation"][k] for k in ("reference", "broken")}
+    section["ablation"] = {**owned, **section["ablation"]}
     return section
 
 
@@ -340,7 +341,7 @@ STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
     ModelImportSettings: ("models.schema.yaml#/$defs/entry", ("name",)),
     RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
     GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
-    ReportSettings: ("report.schema.yaml", ("ablation.reference",)),
+    ReportSettings: ("report.schema.yaml", ("ablation.reference", "ablation.broken")),
     HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
     AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
     ActiveLearningSettings: ("active_learning.schema.yaml", ("members",)),

@@ -10,6 +10,7 @@ from prefpipe.settings.run import RunSettings
 @dataclass
 class AblationSettings:
     reference: str
+    broken: str  # ablation.broken, carried like the reference
     variants: list[str]
     baselines: list[str]
     ignore_keys: list[str]

@@ -154,6 +154,9 @@ def claims(ctx: Context) -> list[Claim]:
         for head, other in found.items():
             if head.startswith("ensemble ") and (sd := _auroc(other, target, MEMBER_SD)) is not None:
                 text += f"; {head}'s members' sd {_said(sd)}"
+                # the members as posterior samples (BALD): free of the members' different score scales
+                if (ens_mi := _auroc(other, target, MUTUAL_INFORMATION)) is not None:
+                    text += f", mutual information {_said(ens_mi)}"
         parts.append(text)
     aurc = ((block.get(AURC_VS_MARGIN) or {}).get(PREDICTIVE_ENTROPY) or {}).get("difference")
     abstain = ""
