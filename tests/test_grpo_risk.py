@@ -8,28 +8,14 @@ import numpy as np
 import pytest
 import torch
 from support.models import save_tiny_policy
+from support.reward_inputs import COMPLETIONS, REFS, G, group_inputs
 from support.settings import reward_settings, reward_spec
 
 from prefpipe.grpo import risk
 from prefpipe.grpo.advantages import group_advantages
-from prefpipe.grpo.rewards import RewardInputs, build_rewards, compute_rewards
+from prefpipe.grpo.rewards import build_rewards, compute_rewards
 
-PROMPTS = ["What is 2 plus 3?", "Say yes."]
-COMPLETIONS = ["5", "6", "five", "5 apples", "yes", "no", "yes yes", "Yes."]
-REFS = ["5"] * 4 + ["yes"] * 4
-G, LAM = 4, 0.7
-
-
-def _inputs() -> RewardInputs:
-    return RewardInputs(
-        prompts=[p for p in PROMPTS for _ in range(G)],
-        completions=list(COMPLETIONS),
-        answers=["5"] * G + ["yes"] * G,
-        kinds=["add"] * G + ["repeat"] * G,
-        terminated=[True] * 8,
-        group_size=G,
-        reference_completions=list(REFS),
-    )
+LAM = 0.7
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +50,9 @@ def _expected(scores: list[float], penalties: list[float]) -> dict[str, float]:
 def test_step_metrics_match_a_hand_computation(bgpm, opponent):
     spec = reward_spec("reward_model", name="rm", opponent=opponent, risk_aversion=LAM)
     rewards = build_rewards([spec], bgpm)
-    _, parts = compute_rewards(rewards, _inputs())
+    _, parts = compute_rewards(rewards, group_inputs())
     scores, penalties = [], []
-    for i, (prompt, text) in enumerate(zip(_inputs().prompts, COMPLETIONS, strict=True)):
+    for i, (prompt, text) in enumerate(zip(group_inputs().prompts, COMPLETIONS, strict=True)):
         group = range(i // G * G, i // G * G + G)
         others = [REFS[i]] if opponent == "reference" else [COMPLETIONS[j] for j in group if j != i]
         pairs = [_pair(bgpm, prompt, text, other) for other in others]
@@ -80,7 +66,7 @@ def test_step_metrics_match_a_hand_computation(bgpm, opponent):
 
 def test_no_metrics_without_risk_aversion(bgpm):
     rewards = build_rewards([reward_spec("reward_model", opponent="reference")], bgpm)
-    compute_rewards(rewards, _inputs())
+    compute_rewards(rewards, group_inputs())
     assert risk.step_metrics(rewards, G, lambda rows: rows) == {}
 
 

@@ -19,8 +19,17 @@ from prefpipe.grpo.hacking import overoptimisation
 from prefpipe.grpo.risk import risk_summary
 
 CONFIG = REPO / "config" / "experiments" / "risk_rl.yaml"
-GAPS = {"rm_bt": [1.0, 2.0, 1.5], "rm_bgpm0": [0.8, 1.4, 1.7], "rm_bgpm_risk": [0.5, 1.0, 1.2]}
-RATIOS = [0.1, 0.2, 0.3]  # rm_bgpm_risk's penalty spread ratio per seed
+GAPS = {
+    "rm_bt": [1.0, 2.0, 1.5],
+    "rm_gpm": [1.1, 0.4, 0.9],
+    "rm_bgpm0": [0.8, 1.4, 1.7],
+    "rm_bgpm_risk": [0.5, 1.0, 1.2],
+    "rm_bgpm_risk5": [0.2, 0.9, 0.3],
+    "rm_ens0": [1.3, 1.6, 0.7],
+    "rm_ens_risk": [0.6, 1.1, 0.4],
+}
+RATIOS = [0.1, 0.2, 0.3]  # each risk-averse run's penalty spread ratio per seed
+AVERSE = ("rm_bgpm_risk", "rm_bgpm_risk5", "rm_ens_risk")
 T_975_2 = 4.302652729749464  # Student t, 97.5% quantile, 2 dof (tables)
 SPEC = {"type": "reward_model", "name": None, "weight": 1.0, "opponent": "reference"}
 
@@ -60,7 +69,7 @@ def _tree(root: Path, seed: int) -> Path:
         write_eval(tree / "eval", variant, decisions(0.8, seed=10 * seed + i))
         _write(tree / "eval" / variant / "config.json", {"stage": "eval_rewardbench", "config": stamp})
     for run, gaps in GAPS.items():
-        rows = _rows(gaps[seed], RATIOS[seed] if run == "rm_bgpm_risk" else None)
+        rows = _rows(gaps[seed], RATIOS[seed] if run in AVERSE else None)
         summary = {
             "reward_hacking": overoptimisation(rows, [SPEC], False),
             "risk_penalty": risk_summary(rows),
@@ -84,7 +93,9 @@ def test_gaps_ratios_and_paired_t_intervals_by_hand(tmp_path):
     assert ratio["mean"] == pytest.approx(0.2) and ratio["sd"] == pytest.approx(0.1)
     assert "spread_ratio" not in block["runs"]["rm_bt"]  # no penalty, no ratio
     pairs = {(c["a"], c["b"]): c for c in block["contrasts"]}
-    assert set(pairs) == {("rm_bgpm_risk", "rm_bt"), ("rm_bgpm_risk", "rm_bgpm0")}
+    # each risk-averse run against the BT baseline and its own k = 0 control only (seed_summary.controls)
+    controls = {"rm_bgpm_risk": "rm_bgpm0", "rm_bgpm_risk5": "rm_bgpm0", "rm_ens_risk": "rm_ens0"}
+    assert set(pairs) == {(a, b) for a, k0 in controls.items() for b in ("rm_bt", k0)}
     for (a, b), got in pairs.items():
         d = np.subtract(GAPS[a], GAPS[b])
         half = T_975_2 * np.std(d, ddof=1) / math.sqrt(3)

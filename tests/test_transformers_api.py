@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers
 from support.models import chat_tokenizer, save_grpo_inputs, tiny_llama
-from support.settings import grpo_settings, stage_json
+from support.settings import TINY_GRPO_RUN, grpo_settings, stage_json
 from support.stages import stage_argv, stage_env
 from transformers import DynamicCache
 
@@ -68,11 +68,7 @@ def test_a_tiny_grpo_run_logs_no_deprecation_warning(grpo_inputs, tmp_path, lora
     (beta > 0) and a reward model, in a fresh process so transformers' warn-once notices are not already
     spent."""
     run = {
-        "steps": 2,
-        "prompts_per_step": 2,
-        "num_generations": 4,
-        "max_new_tokens": 6,
-        "mask_truncated_completions": False,
+        **TINY_GRPO_RUN,
         "beta": 0.04,
         "reward_model": "gpm",
         "rewards": [{"type": "reward_model", "weight": 1.0}, {"type": "verifier", "weight": 1.0}],

@@ -23,6 +23,7 @@ from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.rewards import answer_reward_keys
 from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
+from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.pipeline import PipelineSettings
 
 
@@ -44,11 +45,36 @@ def check_registered(settings: PipelineSettings) -> PipelineSettings:
             raise ConfigError(f"reward.variants.{name}.{err}") from err
     if settings.data.prompts.verifier == NO_VERIFIER:
         _check_prompt_answers(settings)
+    for name, run in settings.grpo.items():
+        _check_reward_heads(settings, name, run)
     if settings.active_learning is not None:
         check_strategies(
             settings.active_learning, lambda v: get_head_class(settings.reward[v].head.type).bayesian
         )
     return settings
+
+
+def _check_reward_heads(settings: PipelineSettings, name: str, run: GrpoSettings) -> None:
+    """A deep ensemble a run is paid by has point-head members (as eval_ensemble requires), and a risk-averse
+    reward-model reward needs a score uncertainty: a Bayesian head, or a deep ensemble's disagreement. The
+    stage asks again when it loads the models (grpo.rewards.RewardModelReward, reward.ensemble)."""
+    members = settings.eval.eval.ensembles.get(run.reward_model or "")
+    for member in members or []:
+        if get_head_class(settings.reward[member].head.type).bayesian:
+            raise ConfigError(
+                f"grpo.runs.{name}.reward_model = {run.reward_model!r}: member {member!r} of that eval.ensembles "
+                "entry is a Bayesian head (deep ensembles are of point heads)"
+            )
+    for pos, spec in enumerate(run.rewards):
+        if spec["type"] != "reward_model" or not spec["risk_aversion"] or members:
+            continue
+        head = settings.reward[run.reward_model].head.type  # type: ignore[index]
+        if not get_head_class(head).bayesian:
+            raise ConfigError(
+                f"grpo.runs.{name}.rewards[{pos}].risk_aversion = {spec['risk_aversion']} needs a Bayesian "
+                "reward model (bgpm) or a deep ensemble (reward_model naming an eval.ensembles entry); "
+                f"grpo.runs.{name}.reward_model = {run.reward_model!r} is a {head!r} head"
+            )
 
 
 def _check_prompt_answers(settings: PipelineSettings) -> None:

@@ -16,7 +16,12 @@ PATHS = {
     "data": PathArg("folder with rl_prompts_heldout.jsonl"),
     "base": PathArg("the base policy (the comparison point)", "model"),
     "policy": PathArg("the trained policy folder", "model"),
-    "reward_model": PathArg("reward model folder (runs with a reward model)", "model", required=False),
+    "reward_model": PathArg(
+        "reward model folder, or a deep ensemble's member folders (runs with a reward model)",
+        "model",
+        required=False,
+        many=True,
+    ),
     "out": PathArg("output folder", "out"),
 }
 

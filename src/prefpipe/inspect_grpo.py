@@ -97,9 +97,9 @@ def fresh(args, settings: GrpoSettings) -> tuple[StepTable, None, str]:
     if settings.uses_reward_model():
         if args.reward_model is None:
             raise UserError(f"run {settings.run!r} has a reward_model reward: pass --reward-model FOLDER")
-        from prefpipe.reward.model import load_reward_model
+        from prefpipe.reward.ensemble import load_reward
 
-        reward_model = load_reward_model(args.reward_model, fast_paths=settings.fast_paths)
+        reward_model = load_reward(args.reward_model, device="cpu", fast_paths=settings.fast_paths)
     fresh_settings = dataclasses.replace(
         settings, beta=0.0, inspect_steps=[]
     )  # the reference is attached below
@@ -159,7 +159,12 @@ def parser(prog: str = "python -m prefpipe.inspect_grpo") -> argparse.ArgumentPa
     )
     p.add_argument("--reference", help="--fresh: the reference policy folder (needed when beta > 0)")
     p.add_argument("--data", help="--fresh: folder with rl_prompts_train.jsonl")
-    p.add_argument("--reward-model", dest="reward_model", help="--fresh: reward model folder")
+    p.add_argument(
+        "--reward-model",
+        dest="reward_model",
+        nargs="+",
+        help="--fresh: reward model folder (several: a deep ensemble's members)",
+    )
     p.add_argument("--completions", type=int, help="token tables for the first K completions only")
     p.add_argument("--out", type=Path, help="output folder")
     return p

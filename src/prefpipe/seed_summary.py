@@ -21,9 +21,35 @@ from typing import Any
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text
 from prefpipe.common.logs import setup_logging
+from prefpipe.grpo.hacking import RM_SOURCE
 from prefpipe.report import frames, seed_hacking, seed_stats
 from prefpipe.report.inputs import Manifest, read_tree
+from prefpipe.reward.heads.registry import get_head_class
+from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.pipeline import PipelineSettings, load_config
+
+
+def _risk_averse(run: GrpoSettings) -> bool:
+    return any(spec["type"] == RM_SOURCE and spec["risk_aversion"] for spec in run.rewards)
+
+
+def controls(settings: PipelineSettings) -> dict[str, list[str]]:
+    """{risk-averse run: the runs without risk aversion it is compared with}: those paid by the same reward
+    model (its k = 0 control: the risk term alone changes) and those paid by a scalar-head reward model (the BT
+    baseline: head and risk term change together)."""
+
+    def scalar(run: GrpoSettings) -> bool:
+        variant = settings.reward.get(run.reward_model or "")
+        return variant is not None and get_head_class(variant.head.type).scalar_reward
+
+    plain = {
+        name: run for name, run in settings.grpo.items() if run.uses_reward_model() and not _risk_averse(run)
+    }
+    return {
+        name: [b for b, other in plain.items() if other.reward_model == run.reward_model or scalar(other)]
+        for name, run in settings.grpo.items()
+        if _risk_averse(run)
+    }
 
 
 def summarize(settings: PipelineSettings, roots: list[Path]) -> dict[str, Any]:
@@ -54,7 +80,7 @@ def summarize(settings: PipelineSettings, roots: list[Path]) -> dict[str, Any]:
         "variants": variants,
         "ablation_fix_effects": ablation,
         "grpo_hacking": seed_hacking.across(
-            trees, {run: s.eval.confidence for run, s in settings.grpo.items()}
+            trees, {run: s.eval.confidence for run, s in settings.grpo.items()}, controls(settings)
         ),
         "missing_files": [note for t in trees for note in t.notes],
     }

@@ -1,7 +1,8 @@
 """The train_grpo rule: GRPO policy training.
 
 python -m prefpipe.train_grpo --config '<json>' --data results/data --policy results/base/model \
-    [--reward-model results/reward/<variant>/model] --out results/grpo/<run>
+    [--reward-model results/reward/<variant>/model ...] --out results/grpo/<run>
+(several --reward-model folders: the members of a deep ensemble, reward.ensemble)
 What it reads, writes and reports: prefpipe.grpo.train.
 """
 
@@ -16,7 +17,12 @@ from prefpipe.settings.grpo import GrpoSettings
 PATHS = {
     "data": PathArg("folder with rl_prompts_train.jsonl"),
     "policy": PathArg("starting policy: HF folder, hub id, or a LoRA adapter folder", "model"),
-    "reward_model": PathArg("reward model folder (runs with a reward_model reward)", "model", required=False),
+    "reward_model": PathArg(
+        "reward model folder, or a deep ensemble's member folders (runs with a reward_model reward)",
+        "model",
+        required=False,
+        many=True,
+    ),
     "out": PathArg("output folder (results/grpo/<run>)", "out"),
 }
 

@@ -61,6 +61,17 @@ def stage_json(settings: Any, threads: int | None = 1) -> str:
     return pipeline().stage_json(settings, threads)
 
 
+# A GRPO run a test finishes in seconds on the tiny policy of support/models.py (merged over a run's settings): a
+# random tiny policy rarely ends a completion within max_new_tokens, so it trains on truncated ones.
+TINY_GRPO_RUN: dict[str, Any] = {
+    "steps": 2,
+    "prompts_per_step": 2,
+    "num_generations": 4,
+    "max_new_tokens": 6,
+    "mask_truncated_completions": False,
+}
+
+
 # A small, fast reward variant for tests on the tiny backbones of support/models.py: a 4-dim head, short
 # sequences, a few constant-rate steps without warm-up, no train-accuracy pass.
 TINY_REWARD: dict[str, Any] = {

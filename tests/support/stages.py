@@ -13,12 +13,13 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def stage_argv(config: str, **paths: str | Path | None) -> list[str]:
-    """`--config config --<name> <path> ...` (underscores become dashes; a None path is left out)."""
+def stage_argv(config: str, **paths: str | Path | list[Path] | None) -> list[str]:
+    """`--config config --<name> <path> ...` (underscores become dashes; a None path is left out; a list gives
+    the flag all its paths, as for a deep ensemble's --reward-model)."""
     argv = ["--config", config]
     for name, path in paths.items():
         if path is not None:
-            argv += [f"--{name.replace('_', '-')}", str(path)]
+            argv += [f"--{name.replace('_', '-')}", *map(str, path if isinstance(path, list) else [path])]
     return argv
 
 

@@ -320,18 +320,31 @@ def benchmark_files():
     return files
 
 
+def grpo_reward_variants(run):
+    """The reward variants a GRPO run (and its evaluation) reads: the one its `reward_model` names, or every
+    member of the eval.ensembles entry it names (a deep ensemble); none without one. The settings layer
+    checked that they are trained."""
+    name = SETTINGS.grpo[run].reward_model
+    if not name:
+        return []
+    return list(SETTINGS.eval.eval.ensembles.get(name, [name]))
+
+
 def grpo_reward_input(run):
-    """The reward model a GRPO run (and its evaluation) uses, if its config names one (checked to be trained
-    by the settings layer)."""
-    variant = SETTINGS.grpo[run].reward_model
-    return {"reward_model": f"{RESULTS}/reward/{variant}/model"} if variant else {}
+    """Every reward model folder a GRPO run reads (one, or a deep ensemble's members in their order)."""
+    variants = grpo_reward_variants(run)
+    return (
+        {"reward_model": [f"{RESULTS}/reward/{v}/model" for v in variants]}
+        if variants
+        else {}
+    )
 
 
 def rl_priority(variant):
     """Scheduling priority of a reward variant: the ones GRPO runs use train first, so the (longer) RL chain
     starts early and runs beside the other variants instead of after them. Order only: results do not change.
     """
-    used = {settings.reward_model for settings in SETTINGS.grpo.values()}
+    used = {v for run in SETTINGS.grpo for v in grpo_reward_variants(run)}
     return RL_PRIORITY if variant in used else 0
 
 
@@ -339,11 +352,12 @@ RL_PRIORITY = 10
 
 
 def reward_model_flag(input):
-    return (
-        f"--reward-model {shlex.quote(input.reward_model)}"
-        if "reward_model" in input.keys()
-        else ""
-    )
+    """--reward-model with every reward model folder of the rule's input (one, or an ensemble's members)."""
+    if "reward_model" not in input.keys():
+        return ""
+    folders = input.reward_model
+    folders = [folders] if isinstance(folders, str) else list(folders)
+    return "--reward-model " + " ".join(shlex.quote(f) for f in folders)
 
 
 def single_process(rule_name, gpus):

@@ -61,11 +61,12 @@ class PathArg:
     """One path argument: `dir`, `file`, `model` (a model folder, or a hub id where no such path exists),
     or `out` (created by the stage); or a value beside the paths: `int` (a non-negative integer, such as a
     round taken from a rule's wildcard) or `name` (a name the stage checks itself). `required=False` makes it
-    optional (None when absent)."""
+    optional (None when absent); `many=True` takes one or more values (a list; each checked alike)."""
 
     help: str
     kind: str = "dir"
     required: bool = True
+    many: bool = False
 
 
 def check_path(flag: str, value: str | None, spec: PathArg) -> None:
@@ -96,7 +97,8 @@ def parse_stage_args(stage: str, paths: dict[str, PathArg], argv: list[str] | No
     parser = argparse.ArgumentParser(prog=f"python -m prefpipe.{stage}")
     parser.add_argument("--config", required=True, help="the stage's settings: inline JSON or a .json/.yaml")
     for name, spec in paths.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, required=spec.required, help=spec.help)
+        flag, nargs = f"--{name.replace('_', '-')}", "+" if spec.many else None
+        parser.add_argument(flag, dest=name, required=spec.required, help=spec.help, nargs=nargs)
     return parser.parse_args(argv)
 
 
@@ -139,7 +141,9 @@ def _run(
     args = parse_stage_args(stage, paths, argv)
     try:
         for name, spec in paths.items():
-            check_path(f"--{name.replace('_', '-')}", getattr(args, name), spec)
+            value = getattr(args, name)
+            for one in value if spec.many and value is not None else [value]:
+                check_path(f"--{name.replace('_', '-')}", one, spec)
         settings = settings_cls.from_stage_config(load_config_arg(args.config), "config")
         body(settings, args)
     except (UserError, FileNotFoundError) as err:  # a missing input file is the user's to fix too

@@ -222,15 +222,15 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
     texts = {name: c.texts for name, c in comps[eval_settings.primary].items()}
     scores = None
     if args.reward_model:
-        from prefpipe.reward.model import load_reward_model
+        from prefpipe.reward.ensemble import folders_label, load_reward
 
         device = str(next(policies["trained"][0].parameters()).device)
-        rm = load_reward_model(args.reward_model, device=device, fast_paths=run_settings.fast_paths)
+        rm = load_reward(args.reward_model, device=device, fast_paths=run_settings.fast_paths)
         rm_block = _reward_model_block(
             rm, rows, texts["base"], texts["trained"], eval_settings.reward_batch_size
         )
         scores = rm_block.pop("_scores")
-        summary[REWARD_MODEL] = rm_block | {"folder": str(args.reward_model)}
+        summary[REWARD_MODEL] = rm_block | {"folder": folders_label(args.reward_model)}
     if eval_settings.kl_estimate:
         summary[KL_TO_BASE] = _kl_block(run_settings, policies, prompts)
     write_jsonl(out / "per_example.jsonl", _per_example(rows, texts, correct, eval_settings.primary, scores))

@@ -14,6 +14,9 @@ Reward-model rewards follow what the head offers:
   Bayesian (bgpm)    the same with the posterior-mean score; risk_aversion lambda > 0 uses s - lambda * std(s)
                      per comparison (a lower confidence bound, so the policy is not paid for pairs the model is
                      unsure about)
+  deep ensemble      (reward.ensemble: a run's reward_model naming an eval.ensembles entry) the members' mean
+                     score (scalar members: mean r_m(x, y); else mean s_m per comparison); risk_aversion lambda
+                     uses mean - lambda * sd over members (sample sd, n - 1, eval_ensemble's score_sd)
 """
 
 from __future__ import annotations
@@ -139,7 +142,8 @@ class RewardModelReward:
             raise ConfigError(f"transform must be none or sigmoid, got {transform!r}")
         if risk_aversion and not rm.bayesian:
             raise ConfigError(
-                f"risk_aversion needs a Bayesian reward model (bgpm), this one is {rm.head_type!r}"
+                f"risk_aversion needs a Bayesian reward model (bgpm) or a deep ensemble (a reward_model naming "
+                f"an eval.ensembles entry), this one is {rm.head_type!r}"
             )
         self.rm, self.opponent, self.risk_aversion = rm, opponent, float(risk_aversion)
         self.transform, self.batch_size = transform, batch_size
@@ -180,8 +184,13 @@ class RewardModelReward:
             penalty = self._penalty(var)
             self._keep_risk(score.reshape(-1), penalty, 1)
             return self._finish(score, penalty)
-        if self.rm.scalar_reward:
+        if self.rm.scalar_reward and not self.risk_aversion:
             return self._finish(self.rm.rewards(enc), None)
+        if self.rm.scalar_reward:  # a deep ensemble of scalar heads (a single one has no variance: refused)
+            score, var = self.rm.reward_moments(enc)
+            penalty = self._penalty(var)
+            self._keep_risk(score, penalty, 1)
+            return self._finish(score, penalty)
         first, second = group_pair_index(len(inputs.completions), inputs.group_size)
         score, var = self.rm.compare(_rows(enc, first), _rows(enc, second))
         penalty = self._penalty(var)

@@ -28,6 +28,7 @@ from prefpipe.grpo.rewards import WeightedReward, answer_reward_keys, build_rewa
 from prefpipe.grpo.splits import evaluation_rows, training_rows
 from prefpipe.grpo.train_state import run_fingerprint
 from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.reward.ensemble import folders_label
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -60,14 +61,15 @@ def _train_prompts(settings: GrpoSettings, data: str) -> tuple[list[dict], dict[
 
 
 def _rewards(
-    settings: GrpoSettings, reward_model_dir: str | None, device: torch.device
+    settings: GrpoSettings, reward_model_dirs: list[str] | None, device: torch.device
 ) -> list[WeightedReward]:
-    """The run's weighted rewards, with its reward model loaded on `device` when a reward reads one."""
+    """The run's weighted rewards, with its reward model (one folder) or deep ensemble (several: its members,
+    reward.ensemble) loaded on `device` when a reward reads one."""
     reward_model = None
     if settings.uses_reward_model():
-        from prefpipe.reward.model import load_reward_model
+        from prefpipe.reward.ensemble import load_reward
 
-        reward_model = load_reward_model(reward_model_dir, device=str(device), fast_paths=settings.fast_paths)
+        reward_model = load_reward(reward_model_dirs, device=str(device), fast_paths=settings.fast_paths)
     return build_rewards(settings.rewards, reward_model)
 
 
@@ -88,7 +90,7 @@ def _facts(settings: GrpoSettings, args, rows: list[dict], skipped: dict, traine
         "prompts": len(rows),
         "skipped_rows": skipped,
         "policy_dir": "policy",
-        "reward_model": args.reward_model,
+        "reward_model": folders_label(args.reward_model),
         "reward_model_variant": settings.reward_model,
         "curve": {"file": CURVE_FILE, "points": len(curve.points)} if curve else None,
     }
@@ -105,7 +107,11 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     settings_map = to_mapping(settings)
     run_fp = run_fingerprint(
         settings_map,
-        {"policy": str(args.policy), "reward_model": args.reward_model, "rows": content_digest(rows)},
+        {
+            "policy": str(args.policy),
+            "reward_model": folders_label(args.reward_model),
+            "rows": content_digest(rows),
+        },
     )
     check_fingerprint(out / "checkpoint", run_fp)  # another run's checkpoint stops us before any output
     record = RunRecord(out, "train_grpo", settings_map) if dp.is_main else None

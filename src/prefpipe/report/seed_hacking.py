@@ -57,9 +57,13 @@ def _contrast(trees: Sequence[Tree], per_tree: list[dict], a: str, b: str, confi
     return {"a": a, "b": b, "seeds": [trees[i].seed for i in both], **diff}
 
 
-def across(trees: Sequence[Tree], confidence: dict[str, float]) -> dict[str, Any] | None:
+def across(
+    trees: Sequence[Tree], confidence: dict[str, float], controls: dict[str, list[str]] | None = None
+) -> dict[str, Any] | None:
     """{note, runs: {run: {gap, spread_ratio}: mean_sd}, contrasts: [a - b paired by seed]}; None when no tree
-    has a run with a gap. `confidence`: each run's interval level (grpo.<run>.eval.confidence), a's is used."""
+    has a run with a gap. `confidence`: each run's interval level (grpo.<run>.eval.confidence), a's is used.
+    `controls`: the runs each risk-averse run is set against (seed_summary.controls: the baseline and its own
+    k = 0 run), so the table holds the contrasts planned, not every pair; None: every run without a penalty."""
     per_tree = [run_figures(tree) for tree in trees]
     runs = list(dict.fromkeys(run for figures in per_tree for run in figures))
     if not runs:
@@ -70,7 +74,10 @@ def across(trees: Sequence[Tree], confidence: dict[str, float]) -> dict[str, Any
         stats[run] = {item: mean_sd(values) for item, values in items.items() if values}
     averse = [run for run in runs if RATIO in stats[run]]
     contrasts = [
-        _contrast(trees, per_tree, a, b, confidence[a]) for a in averse for b in runs if b not in averse
+        _contrast(trees, per_tree, a, b, confidence[a])
+        for a in averse
+        for b in runs
+        if b not in averse and (controls is None or b in controls.get(a, []))
     ]
     return {"note": NOTE, "runs": stats, "contrasts": contrasts}
 

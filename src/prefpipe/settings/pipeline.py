@@ -103,8 +103,7 @@ class PipelineSettings:
         runs = runs if grpo_section["enabled"] else []
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
         grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
-        for name, settings in grpo.items():
-            _check_reward_model(name, settings, variants, declared, grpo_section["runs"][name] or {})
+        _check_reward_models(grpo, (variants, declared, raw["eval"]["ensembles"]), grpo_section["runs"])
         models = {
             name: stage(ModelImportSettings, entry, f"models.{name}", name=name)
             for name, entry in raw["models"].items()
@@ -281,23 +280,37 @@ def _benchmarks(entries: dict[str, Any], data_source: str) -> dict[str, Any]:
     return kept
 
 
+def _check_reward_models(grpo: dict[str, GrpoSettings], names: tuple, entries: dict[str, Any]) -> None:
+    for name, settings in grpo.items():
+        _check_reward_model(name, settings, names, entries[name] or {})
+
+
 def _check_reward_model(
-    run: str, settings: GrpoSettings, trained: list[str], declared: list[str], own: dict[str, Any]
+    run: str, settings: GrpoSettings, names: tuple[list[str], list[str], dict[str, Any]], own: dict[str, Any]
 ) -> None:
-    """The reward model a run names must be trained. A run that only inherits `reward_model` from
-    grpo.defaults and has no reward_model reward uses it for nothing but the RM scores of its policy
-    evaluation: when reward.only narrows that variant away, the run goes on without it (no error, and no
-    reward model to train for it)."""
+    """The reward model a run names must be trained: a variant of `names` (trained, declared) or an entry of
+    eval.ensembles (a deep ensemble, whose members _check_ensembles checks). A run that only inherits
+    `reward_model` from grpo.defaults and has no reward_model reward uses it for nothing but the RM scores of
+    its policy evaluation: when reward.only narrows that variant away, the run goes on without it (no error,
+    and no reward model to train for it)."""
+    trained, declared, ensembles = names
     variant = settings.reward_model
     if settings.uses_reward_model() and not variant:
         raise ConfigError(f"grpo.runs.{run}: a reward_model reward needs grpo.runs.{run}.reward_model")
+    if variant in ensembles:
+        if variant in declared:
+            raise ConfigError(
+                f"grpo.runs.{run}.reward_model = {variant!r} names both a reward variant and an eval.ensembles "
+                "entry; rename one"
+            )
+        return
     if variant and variant not in trained and not settings.uses_reward_model() and "reward_model" not in own:
         settings.reward_model = None
         return
     if variant and variant not in declared:
         raise ConfigError(
-            f"grpo.runs.{run}.reward_model = {variant!r} is not in reward.variants ({declared}): name one of "
-            f"them, or define reward.variants.{variant}"
+            f"grpo.runs.{run}.reward_model = {variant!r} is not in reward.variants ({declared}) nor in "
+            f"eval.ensembles ({sorted(ensembles)}): name one of them, or define reward.variants.{variant}"
         )
     if variant and variant not in trained:
         raise ConfigError(
