@@ -73,9 +73,12 @@ def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):
     md = report_markdown(root, tmp_path / "out", files)
     answers = md.split("## Uncertainty", 1)[0]
     assert (
-        "Is the Bayesian GPM's uncertainty informative? On synthetic, bgpm's AUROC [95%] for its errors: "
+        "- Is the Bayesian GPM's uncertainty informative? bgpm's predictive entropy, AUROC: for its errors "
+        "informative (0.78; gpm's |margin| 0.70); for high-disagreement pairs not distinguishable from chance "
+        "(0.49; gpm's |margin| 0.64); for unfamiliar pairs informative (0.73). ([details](#uncertainty-table))"
         in answers
     )
+    assert "- The uncertainty in detail: on synthetic, bgpm's AUROC [95%] for its errors: " in answers
     assert (
         "predictive entropy 0.784 [0.760, 0.810] (informative), expected entropy 0.610 [0.580, 0.640], "
         "mutual information 0.763 [0.730, 0.790]" in answers

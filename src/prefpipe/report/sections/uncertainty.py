@@ -167,9 +167,28 @@ def claims(ctx: Context) -> list[Claim]:
             f"({aurc['value']:+.4f} [{aurc['low']:+.4f}, {aurc['high']:+.4f}])."
         )
     text = (
-        f"Is the Bayesian GPM's uncertainty informative? On {ctx.bench}, {reference}'s AUROC [95%] for "
+        f"The uncertainty in detail: on {ctx.bench}, {reference}'s AUROC [95%] for "
         + "; for ".join(parts)
         + "."
         + abstain
     )
-    return [Claim(text, TABLE_ANCHOR)]
+    return [Claim(_verdicts(found, block, reference), TABLE_ANCHOR), Claim(text, TABLE_ANCHOR)]
+
+
+def _verdicts(found: dict[str, dict[str, Any]], block: dict[str, Any], reference: str) -> str:
+    """The answer in one short line, a verdict per target from the predictive entropy's interval, so the
+    first screen reads it before the figures of the detailed claim."""
+    parts = []
+    for target, title in TARGETS.items():
+        entropy = _auroc(block, target, PREDICTIVE_ENTROPY)
+        if entropy is None:
+            continue
+        text = f"for {title} {_informative(entropy)} ({entropy['value']:.2f}"
+        point = _auroc(found.get(POINT_HEAD, {}), target, MARGIN)
+        text += f"; {POINT_HEAD}'s |margin| {point['value']:.2f})" if point is not None else ")"
+        parts.append(text)
+    return (
+        f"Is the Bayesian GPM's uncertainty informative? {reference}'s predictive entropy, AUROC: "
+        + "; ".join(parts)
+        + "."
+    )
