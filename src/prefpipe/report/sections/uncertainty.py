@@ -139,16 +139,18 @@ def claims(ctx: Context) -> list[Claim]:
     block = found.get(reference)
     if block is None or _auroc(block, ERRORS, PREDICTIVE_ENTROPY) is None:
         return []
+    # per target the reference head measures: its predictive entropy's AUROC and the point head's |margin|
+    measured = [
+        (target, title, entropy, _auroc(found.get(POINT_HEAD, {}), target, MARGIN))
+        for target, title in TARGETS.items()
+        if (entropy := _auroc(block, target, PREDICTIVE_ENTROPY)) is not None
+    ]
     parts = []
-    for target, title in TARGETS.items():
-        entropy, mi = _auroc(block, target, PREDICTIVE_ENTROPY), _auroc(block, target, MUTUAL_INFORMATION)
-        if entropy is None:
-            continue
+    for target, title, entropy, point in measured:
         text = f"{title}: predictive entropy {_said(entropy)} ({_informative(entropy)})"
         if (aleatoric := _auroc(block, target, EXPECTED_ENTROPY)) is not None:
             text += f", expected entropy {_said(aleatoric)}"
-        text += f", mutual information {_said(mi)}"
-        point = _auroc(found.get(POINT_HEAD, {}), target, MARGIN)
+        text += f", mutual information {_said(_auroc(block, target, MUTUAL_INFORMATION))}"
         if point is not None:
             text += f"; {POINT_HEAD}'s |margin| {_said(point)}"
         for head, other in found.items():
@@ -172,19 +174,15 @@ def claims(ctx: Context) -> list[Claim]:
         + "."
         + abstain
     )
-    return [Claim(_verdicts(found, block, reference), TABLE_ANCHOR), Claim(text, TABLE_ANCHOR)]
+    return [Claim(_verdicts(measured, reference), TABLE_ANCHOR), Claim(text, TABLE_ANCHOR)]
 
 
-def _verdicts(found: dict[str, dict[str, Any]], block: dict[str, Any], reference: str) -> str:
+def _verdicts(measured: list[tuple], reference: str) -> str:
     """The answer in one short line, a verdict per target from the predictive entropy's interval, so the
     first screen reads it before the figures of the detailed claim."""
     parts = []
-    for target, title in TARGETS.items():
-        entropy = _auroc(block, target, PREDICTIVE_ENTROPY)
-        if entropy is None:
-            continue
+    for _, title, entropy, point in measured:
         text = f"for {title} {_informative(entropy)} ({entropy['value']:.2f}"
-        point = _auroc(found.get(POINT_HEAD, {}), target, MARGIN)
         text += f"; {POINT_HEAD}'s |margin| {point['value']:.2f})" if point is not None else ")"
         parts.append(text)
     return (
