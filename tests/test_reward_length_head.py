@@ -5,6 +5,8 @@ and config errors that name the key."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -18,13 +20,14 @@ from prefpipe.reward.heads.disentangle import LENGTH_KEY, LENGTH_REWARD_KEY, pai
 from prefpipe.reward.heads.registry import build_head
 from prefpipe.reward.model import load_reward_model, save_reward_model
 from prefpipe.reward.pairs import Pair
+from prefpipe.reward.spec import HEAD_CONFIG, ModelSpec
 from prefpipe.reward.trainer import RewardTrainer
 
 WEIGHTS = {"length_weight": 0.7, "decorrelation_weight": 1.3, "orthogonal_weight": 0.4}
 
 
-def _head_settings(head_type: str, enabled: bool = True, **head):
-    length = {"enabled": enabled, **WEIGHTS} if enabled else {"enabled": False}
+def _head_settings(head_type: str, enabled: bool = True, options: dict | None = None, **head):
+    length = {"enabled": enabled, **WEIGHTS, **(options or {})} if enabled else {"enabled": False}
     return tiny_reward_settings(head_type, head={"gate": False, "length_head": length, **head}).head
 
 
@@ -41,7 +44,10 @@ def _unit(x):
 
 
 def _numpy_loss(head_type, head, h, lengths, settings, step):
-    """ODIN's terms, computed from the head's weights with numpy (np.corrcoef for every correlation)."""
+    """ODIN's terms, computed from the head's weights with numpy (np.corrcoef for every correlation), with the
+    options: log(1 + chars) lengths, rho^2 instead of |rho|, a linear ramp of the three weights."""
+    length = settings.length_head
+    lengths = np.log1p(lengths) if length.length_scale == "log" else lengths
     n = h.shape[0] // 2
     w_len = head.length_head.weight.detach().double().numpy().reshape(-1)
     r_len = h @ w_len
@@ -50,13 +56,13 @@ def _numpy_loss(head_type, head, h, lengths, settings, step):
     if head_type == "bt":
         r_q = h @ rows[0] + float(head.value_head.bias.detach())
         score_q = r_q[:n] - r_q[n:]
-        avoid = abs(np.corrcoef(r_q, lengths)[0, 1])
+        rho_q = np.corrcoef(r_q, lengths)[0, 1]
     else:
         raw = h @ head.value_head.weight.detach().double().numpy().T
         emb = _unit(raw[:, : rows.shape[0]])
         score_q = _gpm_score(emb[:n], emb[n:])
         d = lengths[:n] - lengths[n:]  # both orders of every pair: {(s, d), (-s, -d)}
-        avoid = abs(np.corrcoef(np.concatenate([score_q, -score_q]), np.concatenate([d, -d]))[0, 1])
+        rho_q = np.corrcoef(np.concatenate([score_q, -score_q]), np.concatenate([d, -d]))[0, 1]
         if head_type == "bgpm":
             b = settings.bayes
             low, high = b.logvar_clamp
@@ -71,14 +77,23 @@ def _numpy_loss(head_type, head, h, lengths, settings, step):
     follow = 1 - np.corrcoef(r_len, lengths)[0, 1]
     cos = [abs(row @ w_len) / (np.linalg.norm(row) * np.linalg.norm(w_len)) for row in rows]
     ortho = float(np.mean(cos))
-    length = settings.length_head
+    avoid = rho_q**2 if length.decorrelation == "squared" else abs(rho_q)
+    ramp = min(1.0, step / length.warmup_steps) if length.warmup_steps else 1.0
     penalty = length.length_weight * follow + length.decorrelation_weight * avoid
-    return ranking + penalty + length.orthogonal_weight * ortho, ranking
+    return ranking + ramp * (penalty + length.orthogonal_weight * ortho), ranking
 
 
+OPTIONS = [
+    {},  # ODIN's form (the defaults)
+    {"decorrelation": "squared", "length_scale": "log", "warmup_steps": 10},  # step 3: 0.3 of the weights
+    {"decorrelation": "squared", "warmup_steps": 2},  # past the ramp: full weights
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["odin", "squared-log-ramp", "squared-ramp-done"])
 @pytest.mark.parametrize("head_type", ["bt", "gpm", "bgpm"])
-def test_the_loss_is_odins_terms_computed_independently(head_type):
-    settings = _head_settings(head_type, tau=0.7, dim=4, standardize=False)
+def test_the_loss_is_odins_terms_computed_independently(head_type, options):
+    settings = _head_settings(head_type, options=options, tau=0.7, dim=4, standardize=False)
     torch.manual_seed(1)
     head = build_head(settings, 6, 5)
     head.eval()  # the Bayesian head scores its posterior means (no samples), so numpy can follow it
@@ -188,6 +203,12 @@ def test_the_trainer_feeds_lengths_to_the_loss_and_the_saved_model_scores_qualit
     loaded = load_reward_model(tmp_path / "model").eval()
     assert loaded.spec.head.length_head == settings.head.length_head
     assert loaded.head.length_head_module() is not None
+    # a folder saved before the length head's options loads with ODIN's form
+    data = json.loads((tmp_path / "model" / HEAD_CONFIG).read_text())
+    for key in ("decorrelation", "warmup_steps", "length_scale"):
+        del data["head"]["length_head"][key]
+    old = ModelSpec.from_json(data).head.length_head
+    assert (old.decorrelation, old.warmup_steps, old.length_scale) == ("abs", 0, "chars")
     prompts, chosen = [p.prompt for p in pairs], [p.chosen for p in pairs]
     enc = loaded.encode(prompts, chosen, 8)
     assert LENGTH_REWARD_KEY not in enc  # the length head is never part of an encoding
@@ -200,6 +221,12 @@ def test_config_errors_name_the_key():
         reward_settings({"head": {"length_head": {"enabled": "yes"}}})
     with pytest.raises(ConfigError, match=r"length_head.*decorrelation_weight"):
         reward_settings({"head": {"length_head": {"decorrelation_weight": -1.0}}})
+    with pytest.raises(ConfigError, match=r"length_head.*decorrelation"):
+        reward_settings({"head": {"length_head": {"decorrelation": "cube"}}})
+    with pytest.raises(ConfigError, match=r"length_head.*length_scale"):
+        reward_settings({"head": {"length_head": {"length_scale": "tokens"}}})
+    with pytest.raises(ConfigError, match=r"length_head.*warmup_steps"):
+        reward_settings({"head": {"length_head": {"warmup_steps": -1}}})
     with pytest.raises(ConfigError, match=r"length_head.*strength"):
         reward_settings({"head": {"length_head": {"strength": 1.0}}})
 

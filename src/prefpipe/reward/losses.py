@@ -17,11 +17,16 @@ def preference_nll(score: torch.Tensor, tau: float) -> torch.Tensor:
     return -F.logsigmoid(score / tau).mean()
 
 
+def linear_warmup(step: int, warmup_steps: int) -> float:
+    """min(1, t / warmup): a weight's linear ramp from 0 at step 0; warmup 0 means 1 from step 0."""
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, step / warmup_steps)
+
+
 def kl_beta(step: int, warmup_steps: int, max_kl_weight: float) -> float:
     """beta(t) = min(1, t / warmup) * max_kl_weight; warmup 0 means full weight from step 0."""
-    if warmup_steps <= 0:
-        return float(max_kl_weight)
-    return min(1.0, step / warmup_steps) * float(max_kl_weight)
+    return linear_warmup(step, warmup_steps) * float(max_kl_weight)
 
 
 def gaussian_kl(mean_term: torch.Tensor | None, var: torch.Tensor, prior_variance: float) -> torch.Tensor:

@@ -155,7 +155,7 @@ class RewardHead(nn.Module, ABC):
         parts = self.ranking_loss(out_c, out_r, step)
         if self.length_head_module() is None:
             return parts
-        penalty = disentangle.length_penalty(self, out_c, out_r, self.settings.length_head)
+        penalty = disentangle.length_penalty(self, out_c, out_r, self.settings.length_head, step)
         parts.loss = parts.loss + penalty
         return parts
 

@@ -29,6 +29,18 @@ Pairwise heads (GPM, Bayesian GPM) have no per-response reward, so the same idea
   use of length, not the labels; for BT it is the correlation of reward differences with length differences.
 - orthogonality: the mean of |cos(w_i, w_L)| over the head's projection rows w_i (BT: its one row, which is
   ODIN's term; GPM: the 2k embedding rows; Bayesian GPM: the 2k rows of the mean half).
+
+Options (head.length_head; the defaults are ODIN's form). Why: Pearson is scale-free in r, so its gradient
+    d rho(r, L) / d r_i = (Lhat_i - rho rhat_i) / ||r - mean r||     (hats: centred, unit-norm vectors)
+has norm sqrt(1 - rho^2) / ||r - mean r||, large while the rewards' spread is small (a short fine-tune never
+leaves that regime), and |rho| keeps that full size at rho = 0 with a sign set by the noise of a 2n-response
+estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set the clipped step (docs/FINDINGS.md).
+- decorrelation: `abs` D = |rho| (ODIN) | `squared` D = rho^2, gradient 2 rho d rho: smooth, and small at
+  noise-level rho (E[rho_hat^2] = rho^2 + Var rho_hat is still least at rho = 0).
+- warmup_steps W: the three weighted terms are multiplied by min(1, t / W) at optimizer step t (W = 0: 1), so
+  the ranking loss spreads the rewards before the correlations' 1 / spread gradients act.
+- length_scale: `chars` L = characters | `log` L = log(1 + characters): Pearson is linear in L, and characters
+  are heavy-tailed (a few long replies set rho); the pair form then reads d_i = log((1 + L_c) / (1 + L_r)).
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ import torch
 from torch import nn
 
 from prefpipe.data.pair_length import response_length
+from prefpipe.reward.losses import linear_warmup
 
 if TYPE_CHECKING:
     from prefpipe.reward.heads.base import Encoding, RewardHead
@@ -97,9 +110,28 @@ def orthogonality(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return cos.abs().mean()
 
 
-def quality_correlation(head: RewardHead, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
+def measure(lengths: torch.Tensor, scale: str) -> torch.Tensor:
+    """The length the correlations use: characters (`chars`) or log(1 + characters) (`log`)."""
+    if scale == "chars":
+        return lengths
+    if scale == "log":
+        return torch.log1p(lengths)
+    raise ValueError(f"head.length_head.length_scale: {scale!r}, expected chars or log")
+
+
+def decorrelation(rho: torch.Tensor, form: str) -> torch.Tensor:
+    """The penalty on the scored head's length correlation: |rho| (`abs`, ODIN) or rho^2 (`squared`)."""
+    if form == "abs":
+        return rho.abs()
+    if form == "squared":
+        return rho.square()
+    raise ValueError(f"head.length_head.decorrelation: {form!r}, expected abs or squared")
+
+
+def quality_correlation(
+    head: RewardHead, out_c: Encoding, out_r: Encoding, length_c: torch.Tensor, length_r: torch.Tensor
+) -> torch.Tensor:
     """rho(scored head, length): ODIN's per-response Pearson for a scalar head, rho_pair for a pairwise one."""
-    length_c, length_r = out_c[LENGTH_KEY].float(), out_r[LENGTH_KEY].float()
     if head.scalar_reward:
         rewards = torch.cat([head.rewards(out_c), head.rewards(out_r)])
         return pearson(rewards, torch.cat([length_c, length_r]))
@@ -108,21 +140,24 @@ def quality_correlation(head: RewardHead, out_c: Encoding, out_r: Encoding) -> t
 
 
 def length_penalty(
-    head: RewardHead, out_c: Encoding, out_r: Encoding, settings: LengthHeadSettings
+    head: RewardHead, out_c: Encoding, out_r: Encoding, settings: LengthHeadSettings, step: int
 ) -> torch.Tensor:
-    """length_weight (1 - rho(r_L, L)) + decorrelation_weight |rho(quality, L)| + orthogonal_weight L_O."""
+    """ramp(step) [length_weight (1 - rho(r_L, L)) + decorrelation_weight D(rho(quality, L))
+    + orthogonal_weight L_O], D = |.| or (.)^2, L in characters or log(1 + characters)."""
     for name, out in (("out_c", out_c), ("out_r", out_r)):
         missing = [k for k in (LENGTH_KEY, LENGTH_REWARD_KEY) if k not in out]
         if missing:
             raise ValueError(
                 f"length-disentangled loss: {name} lacks {missing} (lengths reach the loss here)"
             )
-    lengths = torch.cat([out_c[LENGTH_KEY], out_r[LENGTH_KEY]]).float()
+    length_c = measure(out_c[LENGTH_KEY].float(), settings.length_scale)
+    length_r = measure(out_r[LENGTH_KEY].float(), settings.length_scale)
     length_rewards = torch.cat([out_c[LENGTH_REWARD_KEY], out_r[LENGTH_REWARD_KEY]])
-    follow = 1.0 - pearson(length_rewards, lengths)
-    avoid = quality_correlation(head, out_c, out_r).abs()
+    follow = 1.0 - pearson(length_rewards, torch.cat([length_c, length_r]))
+    avoid = decorrelation(quality_correlation(head, out_c, out_r, length_c, length_r), settings.decorrelation)
     ortho = orthogonality(head.projection_rows(), head.length_head_module().weight)
-    return (
+    ramp = linear_warmup(step, settings.warmup_steps)
+    return ramp * (
         settings.length_weight * follow
         + settings.decorrelation_weight * avoid
         + settings.orthogonal_weight * ortho
