@@ -56,13 +56,15 @@ def _numpy_loss(head_type, head, h, lengths, settings, step):
     if head_type == "bt":
         r_q = h @ rows[0] + float(head.value_head.bias.detach())
         score_q = r_q[:n] - r_q[n:]
+        x_q = r_q
         rho_q = np.corrcoef(r_q, lengths)[0, 1]
     else:
         raw = h @ head.value_head.weight.detach().double().numpy().T
         emb = _unit(raw[:, : rows.shape[0]])
         score_q = _gpm_score(emb[:n], emb[n:])
         d = lengths[:n] - lengths[n:]  # both orders of every pair: {(s, d), (-s, -d)}
-        rho_q = np.corrcoef(np.concatenate([score_q, -score_q]), np.concatenate([d, -d]))[0, 1]
+        x_q = np.concatenate([score_q, -score_q])
+        rho_q = np.corrcoef(x_q, np.concatenate([d, -d]))[0, 1]
         if head_type == "bgpm":
             b = settings.bayes
             low, high = b.logvar_clamp
@@ -74,10 +76,13 @@ def _numpy_loss(head_type, head, h, lengths, settings, step):
             kl = min(1.0, step / b.kl_warmup_steps) * b.max_kl_weight * (kl_rows[:n] + kl_rows[n:]).mean()
     score = score_q + r_len[:n] - r_len[n:]
     ranking = _softplus(-score / settings.tau).mean() + kl
-    follow = 1 - np.corrcoef(r_len, lengths)[0, 1]
+    rho_len = np.corrcoef(r_len, lengths)[0, 1]
+    follow = np.var(r_len) * (1 - rho_len**2) if length.follow == "residual" else 1 - rho_len
     cos = [abs(row @ w_len) / (np.linalg.norm(row) * np.linalg.norm(w_len)) for row in rows]
     ortho = float(np.mean(cos))
-    avoid = rho_q**2 if length.decorrelation == "squared" else abs(rho_q)
+    avoid = {"abs": abs(rho_q), "squared": rho_q**2, "covariance": rho_q**2 * np.var(x_q)}[
+        length.decorrelation
+    ]
     ramp = min(1.0, step / length.warmup_steps) if length.warmup_steps else 1.0
     penalty = length.length_weight * follow + length.decorrelation_weight * avoid
     return ranking + ramp * (penalty + length.orthogonal_weight * ortho), ranking
@@ -87,10 +92,13 @@ OPTIONS = [
     {},  # ODIN's form (the defaults)
     {"decorrelation": "squared", "length_scale": "log", "warmup_steps": 10},  # step 3: 0.3 of the weights
     {"decorrelation": "squared", "warmup_steps": 2},  # past the ramp: full weights
+    {"decorrelation": "covariance", "follow": "residual", "length_scale": "log"},
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=["odin", "squared-log-ramp", "squared-ramp-done"])
+@pytest.mark.parametrize(
+    "options", OPTIONS, ids=["odin", "squared-log-ramp", "squared-ramp-done", "covariance-residual-log"]
+)
 @pytest.mark.parametrize("head_type", ["bt", "gpm", "bgpm"])
 def test_the_loss_is_odins_terms_computed_independently(head_type, options):
     settings = _head_settings(head_type, options=options, tau=0.7, dim=4, standardize=False)
@@ -205,10 +213,15 @@ def test_the_trainer_feeds_lengths_to_the_loss_and_the_saved_model_scores_qualit
     assert loaded.head.length_head_module() is not None
     # a folder saved before the length head's options loads with ODIN's form
     data = json.loads((tmp_path / "model" / HEAD_CONFIG).read_text())
-    for key in ("decorrelation", "warmup_steps", "length_scale"):
+    for key in ("follow", "decorrelation", "warmup_steps", "length_scale"):
         del data["head"]["length_head"][key]
     old = ModelSpec.from_json(data).head.length_head
-    assert (old.decorrelation, old.warmup_steps, old.length_scale) == ("abs", 0, "chars")
+    assert (old.follow, old.decorrelation, old.warmup_steps, old.length_scale) == (
+        "pearson",
+        "abs",
+        0,
+        "chars",
+    )
     prompts, chosen = [p.prompt for p in pairs], [p.chosen for p in pairs]
     enc = loaded.encode(prompts, chosen, 8)
     assert LENGTH_REWARD_KEY not in enc  # the length head is never part of an encoding
@@ -223,6 +236,8 @@ def test_config_errors_name_the_key():
         reward_settings({"head": {"length_head": {"decorrelation_weight": -1.0}}})
     with pytest.raises(ConfigError, match=r"length_head.*decorrelation"):
         reward_settings({"head": {"length_head": {"decorrelation": "cube"}}})
+    with pytest.raises(ConfigError, match=r"length_head.*follow"):
+        reward_settings({"head": {"length_head": {"follow": "spearman"}}})
     with pytest.raises(ConfigError, match=r"length_head.*length_scale"):
         reward_settings({"head": {"length_head": {"length_scale": "tokens"}}})
     with pytest.raises(ConfigError, match=r"length_head.*warmup_steps"):

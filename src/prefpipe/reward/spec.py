@@ -72,7 +72,12 @@ class ModelSpec:
             bayes["logvar_clamp"] = tuple(bayes["logvar_clamp"])
         length = head.pop("length_head", None)  # absent in folders saved before length heads
         if length:  # folders saved before these options trained with ODIN's form
-            length = {"decorrelation": "abs", "warmup_steps": 0, "length_scale": "chars"} | length
+            length = {
+                "follow": "pearson",
+                "decorrelation": "abs",
+                "warmup_steps": 0,
+                "length_scale": "chars",
+            } | length
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "head" and k in data}
         head_settings = HeadSettings(
             **head,

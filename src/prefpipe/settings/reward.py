@@ -39,7 +39,8 @@ class LengthHeadSettings:
     length_weight: float  # lambda_L on 1 - rho(r_L, length): the length head follows length
     decorrelation_weight: float  # weight on |rho(quality, length)|: the scored head does not
     orthogonal_weight: float  # lambda_O on mean |cos(w_i, w_L)| over the head's projection rows
-    decorrelation: str  # abs (ODIN: |rho|) | squared (rho^2: smooth at 0, small gradient at noise-level rho)
+    follow: str  # pearson (ODIN: 1 - rho(r_L, L)) | residual (Var r_L (1 - rho^2): r_L's non-length variance)
+    decorrelation: str  # abs (ODIN: |rho|) | squared (rho^2) | covariance (cov(x, z)^2 = rho^2 var x)
     warmup_steps: int  # the three weights ramp linearly from 0 at step 0 to full at this step (0: no ramp)
     length_scale: str  # chars | log (log(1 + chars)): the length L every correlation reads
 

@@ -37,6 +37,14 @@ leaves that regime), and |rho| keeps that full size at rho = 0 with a sign set b
 estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set the clipped step (docs/FINDINGS.md).
 - decorrelation: `abs` D = |rho| (ODIN) | `squared` D = rho^2, gradient 2 rho d rho: smooth, and small at
   noise-level rho (E[rho_hat^2] = rho^2 + Var rho_hat is still least at rho = 0).
+- decorrelation `covariance`: D = cov(x, z)^2 = rho^2 Var x, z the standardised length (x: rewards, or the pair
+  scores in both orders): gradient 2 cov(x, z) (z_i - mean z) / N, along the length direction only and of the
+  rewards' own scale (no 1 / spread); it removes the length component of x and leaves its other spread alone.
+- follow `residual`: F = Var r_L (1 - rho(r_L, L)^2) = mean((r_L - mean r_L)^2) - cov(r_L, z)^2, the variance of
+  the length head that length does not explain, in place of 1 - rho(r_L, L): its gradient
+  2 (r_L,i - mean r_L - cov(r_L, z) z_i) / N removes r_L's non-length part and leaves its length part (its size
+  and sign) to the ranking loss; no 1 / spread. With `covariance` the two terms split r's variance: the length
+  head keeps what length explains, the scored head what it does not.
 - warmup_steps W: the three weighted terms are multiplied by min(1, t / W) at optimizer step t (W = 0: 1), so
   the ranking loss spreads the rewards before the correlations' 1 / spread gradients act.
 - length_scale: `chars` L = characters | `log` L = log(1 + characters): Pearson is linear in L, and characters
@@ -98,11 +106,6 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (xc * yc).sum() / (xc.norm() * yc.norm()).clamp_min(EPS)
 
 
-def pair_correlation(score: torch.Tensor, length_diff: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation of {(s_i, d_i), (-s_i, -d_i)}: sum s d / sqrt(sum s^2 sum d^2)."""
-    return (score * length_diff).sum() / (score.norm() * length_diff.norm()).clamp_min(EPS)
-
-
 def orthogonality(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Mean over the rows r_i of |cos(r_i, w)| (rows (m, F), w (1, F) or (F,))."""
     w = w.reshape(-1)
@@ -119,31 +122,54 @@ def measure(lengths: torch.Tensor, scale: str) -> torch.Tensor:
     raise ValueError(f"head.length_head.length_scale: {scale!r}, expected chars or log")
 
 
-def decorrelation(rho: torch.Tensor, form: str) -> torch.Tensor:
-    """The penalty on the scored head's length correlation: |rho| (`abs`, ODIN) or rho^2 (`squared`)."""
+def follow(r: torch.Tensor, y: torch.Tensor, form: str) -> torch.Tensor:
+    """The length head's term, r its rewards, y the lengths: 1 - rho(r, y) (`pearson`, ODIN) or the variance of
+    r that y does not explain, Var r (1 - rho^2) = mean(rc^2) - cov(r, z)^2 (`residual`)."""
+    if form == "pearson":
+        return 1.0 - pearson(r, y)
+    if form == "residual":
+        rc = r - r.mean()
+        return rc.square().mean() - covariance_z(r, y).square()
+    raise ValueError(f"head.length_head.follow: {form!r}, expected pearson or residual")
+
+
+def covariance_z(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """cov(x, z), z = (y - mean y) / sd(y) (population moments): rho(x, y) sd(x), in x's units."""
+    xc, yc = x - x.mean(), y - y.mean()
+    return (xc * yc).mean() / yc.square().mean().sqrt().clamp_min(EPS)
+
+
+def decorrelation(x: torch.Tensor, y: torch.Tensor, form: str) -> torch.Tensor:
+    """The penalty on the scored head's length dependence, x the scores, y the lengths: |rho(x, y)| (`abs`,
+    ODIN), rho^2 (`squared`) or cov(x, z)^2 with z = (y - mean y) / sd(y) (`covariance`: rho^2 var x)."""
     if form == "abs":
-        return rho.abs()
+        return pearson(x, y).abs()
     if form == "squared":
-        return rho.square()
-    raise ValueError(f"head.length_head.decorrelation: {form!r}, expected abs or squared")
+        return pearson(x, y).square()
+    if form == "covariance":
+        return covariance_z(x, y).square()
+    raise ValueError(f"head.length_head.decorrelation: {form!r}, expected abs, squared or covariance")
 
 
-def quality_correlation(
+def quality_pairs(
     head: RewardHead, out_c: Encoding, out_r: Encoding, length_c: torch.Tensor, length_r: torch.Tensor
-) -> torch.Tensor:
-    """rho(scored head, length): ODIN's per-response Pearson for a scalar head, rho_pair for a pairwise one."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the decorrelation reads: (rewards, lengths) of the 2n responses for a scalar head (ODIN), the
+    pairs in both orders (cat[s, -s], cat[d, -d]) for a pairwise one (their Pearson is rho_pair)."""
     if head.scalar_reward:
         rewards = torch.cat([head.rewards(out_c), head.rewards(out_r)])
-        return pearson(rewards, torch.cat([length_c, length_r]))
+        return rewards, torch.cat([length_c, length_r])
     score, _ = head.score(out_c, out_r)
-    return pair_correlation(score, length_c - length_r)
+    d = length_c - length_r
+    return torch.cat([score, -score]), torch.cat([d, -d])
 
 
 def length_penalty(
     head: RewardHead, out_c: Encoding, out_r: Encoding, settings: LengthHeadSettings, step: int
 ) -> torch.Tensor:
-    """ramp(step) [length_weight (1 - rho(r_L, L)) + decorrelation_weight D(rho(quality, L))
-    + orthogonal_weight L_O], D = |.| or (.)^2, L in characters or log(1 + characters)."""
+    """ramp(step) [length_weight F(r_L, L) + decorrelation_weight D(quality, L) + orthogonal_weight L_O],
+    F = 1 - rho or Var r_L (1 - rho^2) (`follow`), D = |rho|, rho^2 or cov^2 (`decorrelation`), L in
+    characters or log(1 + characters) (`length_scale`)."""
     for name, out in (("out_c", out_c), ("out_r", out_r)):
         missing = [k for k in (LENGTH_KEY, LENGTH_REWARD_KEY) if k not in out]
         if missing:
@@ -153,12 +179,12 @@ def length_penalty(
     length_c = measure(out_c[LENGTH_KEY].float(), settings.length_scale)
     length_r = measure(out_r[LENGTH_KEY].float(), settings.length_scale)
     length_rewards = torch.cat([out_c[LENGTH_REWARD_KEY], out_r[LENGTH_REWARD_KEY]])
-    follow = 1.0 - pearson(length_rewards, torch.cat([length_c, length_r]))
-    avoid = decorrelation(quality_correlation(head, out_c, out_r, length_c, length_r), settings.decorrelation)
+    follows = follow(length_rewards, torch.cat([length_c, length_r]), settings.follow)
+    avoid = decorrelation(*quality_pairs(head, out_c, out_r, length_c, length_r), settings.decorrelation)
     ortho = orthogonality(head.projection_rows(), head.length_head_module().weight)
     ramp = linear_warmup(step, settings.warmup_steps)
     return ramp * (
-        settings.length_weight * follow
+        settings.length_weight * follows
         + settings.decorrelation_weight * avoid
         + settings.orthogonal_weight * ortho
     )
