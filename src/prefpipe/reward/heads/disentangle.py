@@ -46,7 +46,8 @@ estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set t
   and sign) to the ranking loss; no 1 / spread. With `covariance` the two terms split r's variance: the length
   head keeps what length explains, the scored head what it does not.
 - warmup_steps W: the three weighted terms are multiplied by min(1, t / W) at optimizer step t (W = 0: 1), so
-  the ranking loss spreads the rewards before the correlations' 1 / spread gradients act.
+  the ranking loss spreads the rewards before the correlations' 1 / spread gradients act. Like the Bayesian KL
+  warm-up, a full-batch head fit runs at one optimizer step's weight: a fit before training (step 0) has none.
 - length_scale: `chars` L = characters | `log` L = log(1 + characters): Pearson is linear in L, and characters
   are heavy-tailed (a few long replies set rho); the pair form then reads d_i = log((1 + L_c) / (1 + L_r)).
 """
