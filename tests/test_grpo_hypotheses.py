@@ -165,3 +165,18 @@ def test_report_reads_the_grid_summary(tmp_path):
     assert len(table.rows) == 7 and table.rows[0][-1] == "helps"
     assert any("prompt loss (step 0)" in row[5] for row in table.rows)
     assert len(hypotheses.claims(ctx)) == 6
+
+
+def test_diagnostics_the_baseline_did_not_show_come_first():
+    from prefpipe.report.sections.hypotheses import _diagnostics
+
+    def fired(*checks: str) -> list[dict]:
+        return [{"check": c, "first_step": i} for i, c in enumerate(checks)]
+
+    baseline = fired("zero-std groups", "truncation")
+    run = fired("zero-std groups", "truncation", "prompt loss")
+    assert (
+        _diagnostics(run, baseline) == "prompt loss (step 2); zero-std groups (step 0); truncation (step 1)"
+    )
+    assert _diagnostics(run) == "zero-std groups (step 0); truncation (step 1); prompt loss (step 2)"
+    assert _diagnostics([], baseline) == "none"

@@ -15,8 +15,12 @@ def _signed(value: float, ci: list[float]) -> str:
     return f"{value:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
 
 
-def _diagnostics(items: list[dict]) -> str:
-    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in items) or "none"
+def _diagnostics(items: list[dict], baseline: list[dict] | None = None) -> str:
+    """The checks that fired, those the baseline did not show first: a long cell is cut at its end (the full
+    text in its tooltip), so what a hypothesis adds must not be the part cut (H02's prompt loss was)."""
+    seen = {d["check"] for d in baseline or []}
+    ordered = sorted(items, key=lambda d: d["check"] in seen)  # stable: the run's own order within each part
+    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in ordered) or "none"
 
 
 def claims(ctx: Context) -> list[Claim]:
@@ -42,7 +46,7 @@ def build(ctx: Context) -> Section | None:
             run,
             _signed(r["accuracy_delta"], r["accuracy_ci"]),
             _signed(r["reward_delta"], r["reward_ci"]),
-            _diagnostics(r["diagnostics"]),
+            _diagnostics(r["diagnostics"], summary["baseline_diagnostics"]),
             r["verdict"],
         ]
         for name, test in summary["tests"].items()
@@ -56,7 +60,7 @@ def build(ctx: Context) -> Section | None:
             "Run",
             "Held-out accuracy change",
             "Training reward change",
-            "Diagnostics fired",
+            "Diagnostics fired (new to the run first)",
             "Verdict",
         ],
         rows,
