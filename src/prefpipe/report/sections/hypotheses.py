@@ -4,23 +4,12 @@ verdict."""
 
 from __future__ import annotations
 
+from prefpipe.grpo.hypotheses import diagnostics_text, reward_text
 from prefpipe.report.document import Claim, Paragraph, Section, Table
 from prefpipe.report.sections import Context
 
 TITLE, ANCHOR = "Why does GRPO not improve? The hypothesis grid", "hypotheses"
 KIND = "grpo_hypotheses"
-
-
-def _signed(value: float, ci: list[float]) -> str:
-    return f"{value:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-
-
-def _diagnostics(items: list[dict], baseline: list[dict] | None = None) -> str:
-    """The checks that fired, those the baseline did not show first: a long cell is cut at its end (the full
-    text in its tooltip), so what a hypothesis adds must not be the part cut (H02's prompt loss was)."""
-    seen = {d["check"] for d in baseline or []}
-    ordered = sorted(items, key=lambda d: d["check"] in seen)  # stable: the run's own order within each part
-    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in ordered) or "none"
 
 
 def claims(ctx: Context) -> list[Claim]:
@@ -44,9 +33,9 @@ def build(ctx: Context) -> Section | None:
             name,
             test["factor"],
             run,
-            _signed(r["accuracy_delta"], r["accuracy_ci"]),
-            _signed(r["reward_delta"], r["reward_ci"]),
-            _diagnostics(r["diagnostics"], summary["baseline_diagnostics"]),
+            f"{r['accuracy_delta']:+.3f} [{r['accuracy_ci'][0]:+.3f}, {r['accuracy_ci'][1]:+.3f}]",
+            reward_text(r),
+            diagnostics_text(r["diagnostics"], summary["baseline_diagnostics"]),
             r["verdict"],
         ]
         for name, test in summary["tests"].items()
@@ -65,11 +54,12 @@ def build(ctx: Context) -> Section | None:
         ],
         rows,
         f"{summary['verdict_rule']}. Accuracy: paired bootstrap over held-out prompts ({summary['decoding']} "
-        f"decoding); reward: reward_mean over the last {summary['tail_steps']} training steps.",
+        f"decoding); reward: the training reward over the last {summary['tail_steps']} steps, the total or, where "
+        "the runs' reward sources differ, the one source both share (named).",
         ["flag" if r[-1] == "hurts" else "" for r in rows],
         anchor="hypotheses-table",
     )
     base = Paragraph(
-        f"Diagnostics fired on the baseline: {_diagnostics(summary['baseline_diagnostics'])}.", "note"
+        f"Diagnostics fired on the baseline: {diagnostics_text(summary['baseline_diagnostics'])}.", "note"
     )
     return Section(TITLE, [table, base], ANCHOR)
