@@ -80,6 +80,9 @@ class LoraSettings:
 @dataclass
 class PairDataSettings:
     max_length: int
+    keep_response: (
+        str  # start | end: the part of a too-long response truncation keeps (prefpipe.reward.collate)
+    )
     padding_side: str  # right | left (pooling is mask-based, so both give the same scores)
 
 
