@@ -61,7 +61,7 @@ def test_reward_input_is_the_templates_own_rendering(name, pairs):
     tok = family_tokenizer(FAMILIES[name])
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # as prefpipe.reward.backbone does
-    encoder = PairEncoder(tok, max_length=4096, padding_side="right")
+    encoder = PairEncoder(tok, max_length=4096, padding_side="right", keep_response="start")
     end = reply_end(tok)
     for pair in pairs:
         history = conversation(pair)

@@ -165,3 +165,40 @@ def test_report_reads_the_grid_summary(tmp_path):
     assert len(table.rows) == 7 and table.rows[0][-1] == "helps"
     assert any("prompt loss (step 0)" in row[5] for row in table.rows)
     assert len(hypotheses.claims(ctx)) == 6
+
+
+def test_diagnostics_the_baseline_did_not_show_come_first():
+    def fired(*checks: str) -> list[dict]:
+        return [{"check": c, "first_step": i} for i, c in enumerate(checks)]
+
+    baseline = fired("zero-std groups", "truncation")
+    run = fired("zero-std groups", "truncation", "prompt loss")
+    text = hy.diagnostics_text(run, baseline)
+    assert text == "prompt loss (step 2); zero-std groups (step 0); truncation (step 1)"
+    assert hy.diagnostics_text(run) == "zero-std groups (step 0); truncation (step 1); prompt loss (step 2)"
+    assert hy.diagnostics_text([], baseline) == "none"
+
+
+def _metrics(total: float, **sources: float) -> list[dict]:
+    """Ten steps of a run's metrics with constant per-source means."""
+    return [{"reward_mean": total} | {f"reward/{k}_mean": v for k, v in sources.items()} for _ in range(10)]
+
+
+def test_reward_effect_compares_like_with_like():
+    s = hy_settings()
+    verifier = _metrics(0.30, verifier=0.30)
+    both = _metrics(1.10, verifier=0.25, reward_model=0.85)
+    rm_only = _metrics(0.90, reward_model=0.90)
+    same = hy.reward_effect(_metrics(0.40, verifier=0.40), verifier, s)
+    assert same["reward_metric"] == "reward_mean" and same["reward_delta"] == pytest.approx(0.10)
+    shared = hy.reward_effect(both, verifier, s)  # the verifier part, not 1.10 - 0.30
+    assert shared["reward_metric"] == "reward/verifier_mean" and shared["reward_delta"] == pytest.approx(
+        -0.05
+    )
+    assert hy.reward_text(shared).endswith("(verifier only)")
+    none = hy.reward_effect(rm_only, verifier, s)
+    assert none["reward_delta"] is None and hy.reward_text(none) == "none: no shared reward source"
+
+
+def hy_settings():
+    return pipeline(GRID).hypotheses

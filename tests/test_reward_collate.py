@@ -27,7 +27,7 @@ def tiny_base(tmp_path_factory):
 
 def test_truncate_keeps_bos_last_prompt_token_and_whole_response():
     ids = [1, 10, 11, 12, 13, 14, 20, 21, 2]  # <s> p p p p p r r </s>, prompt_len 6
-    row, cut = truncate_row(ids, 6, 6, SPECIAL)
+    row, cut = truncate_row(ids, 6, 6, SPECIAL, "start")
     assert cut == "prompt"
     assert row.input_ids == [1, 13, 14, 20, 21, 2]  # dropped from the LEFT of the prompt, BOS kept
     assert row.prompt_len == 3 and row.input_ids[row.prompt_len - 1] == 14
@@ -35,16 +35,16 @@ def test_truncate_keeps_bos_last_prompt_token_and_whole_response():
 
 def test_truncate_cuts_response_only_when_unavoidable_and_keeps_eos():
     ids = [1, 10, 11, 20, 21, 22, 23, 24, 2]
-    row, cut = truncate_row(ids, 3, 6, SPECIAL)
+    row, cut = truncate_row(ids, 3, 6, SPECIAL, "start")
     assert cut == "response"
     assert row.input_ids == [1, 11, 20, 21, 22, 2]  # BOS, last prompt token, response head, EOS
     assert row.prompt_len == 2
-    assert truncate_row(ids, 3, 9, SPECIAL) == (TokenizedRow(ids, 3), "")
+    assert truncate_row(ids, 3, 9, SPECIAL, "start") == (TokenizedRow(ids, 3), "")
 
 
 def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
     tok = pair_tokenizer()
-    enc = PairEncoder(tok, max_length=64, padding_side="right")
+    enc = PairEncoder(tok, max_length=64, padding_side="right", keep_response="start")
     row = enc.tokenize("What is 2 plus 3?", "The answer is 5.")
     full = tok(format_pair(tok, "What is 2 plus 3?", "The answer is 5."))["input_ids"]
     prompt = tok(format_prompt(tok, "What is 2 plus 3?"))["input_ids"]
@@ -55,7 +55,7 @@ def test_encoder_locates_last_prompt_token_from_the_formatted_prompt():
 
 def test_encoder_counts_truncations_and_pads_both_sides():
     tok = pair_tokenizer()
-    enc = PairEncoder(tok, max_length=12, padding_side="right")
+    enc = PairEncoder(tok, max_length=12, padding_side="right", keep_response="start")
     rows = enc.tokenize_many(["What is 2 plus 3? " * 4, "Play!"], ["5", "rock"])
     assert enc.truncated == {"prompt": 1} and rows[0].cut == "prompt" and len(rows[0].input_ids) == 12
     right = enc.pad(rows)
@@ -103,7 +103,7 @@ def test_last_token_pooling_matches_unpadded_under_left_right_and_pad_eq_eos(tin
         tok = pair_tokenizer()
         if pad_is_eos:
             tok.pad_token = tok.eos_token
-        enc = PairEncoder(tok, max_length=64, padding_side="right")
+        enc = PairEncoder(tok, max_length=64, padding_side="right", keep_response="start")
         rows = enc.tokenize_many(
             ["What is 2 plus 3?", "Play!", "Your move?"], ["5", "rock", "I pick paper now"]
         )

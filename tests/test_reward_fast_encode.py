@@ -49,7 +49,7 @@ def _plain_encode(rm, prompts, responses, batch_size=5):
 @pytest.mark.parametrize("max_length", [24, 512])
 def test_batched_tokenisation_equals_row_by_row(rows, chat, max_length):
     tok = chat_tokenizer(chat_template=True) if chat else pair_tokenizer()
-    one, many = PairEncoder(tok, max_length, "right"), PairEncoder(tok, max_length, "right")
+    one, many = PairEncoder(tok, max_length, "right", "start"), PairEncoder(tok, max_length, "right", "start")
     prompts, chosen, rejected = _columns(rows)
     responses = chosen + rejected
     expected = [one.tokenize(p, r) for p, r in zip(prompts + prompts, responses, strict=True)]

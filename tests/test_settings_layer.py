@@ -202,6 +202,9 @@ NOT_CONFIG_DEFAULTS = {
     ("export/reward_loader.py", "__init__", "dtype"),
     ("export/reward_loader.py", "encode", "batch_size"),
     ("export/card.py", ".get", "backbone"),  # an old run's config.json without the section: the card says so
+    # head_config.json / reward_head.json saved before data.keep_response: those models kept each response's start
+    ("export/card.py", ".get", "keep_response"),
+    ("export/reward_loader.py", ".get", "keep_response"),
     # the eval summary's prompt-overlap count (a figure, shown as "n/a" when absent), not reward.eval.train_pairs
     ("report/sections/prompt_overlap.py", ".get", "train_pairs"),
 }

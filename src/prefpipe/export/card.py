@@ -144,7 +144,8 @@ def model_card(
         "## Data",
         f"Experiment `{run_config.get('experiment')}`, seed {run_config.get('seed')}: "
         f"{run_summary.get('train_pairs')} training pairs, {run_summary.get('test_pairs')} test pairs, "
-        f"{run_summary.get('steps')} steps; sequences cut to {spec['max_length']} tokens (prompt first, from the left).",
+        f"{run_summary.get('steps')} steps; sequences cut to {spec['max_length']} tokens (prompt first, from the left; "
+        f"then a too-long response keeps its {spec.get('keep_response', 'start')}).",
         "",
         "## Head",
         HEAD_MATH[head["type"]] + f" tau = {head['tau']}.",

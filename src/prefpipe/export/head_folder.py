@@ -37,6 +37,7 @@ def head_settings(rm: RewardModel) -> dict[str, Any]:
         "backbone_kind": spec.backbone_kind,
         "pooling": spec.pooling,
         "max_length": spec.max_length,
+        "keep_response": spec.keep_response,
         "reply_end": reply_end(rm.tokenizer),
         "embedding_features": spec.embedding_features,
         "likelihood_features": spec.likelihood_features,

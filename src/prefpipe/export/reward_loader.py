@@ -25,7 +25,8 @@ What it reproduces (to float rounding) is prefpipe's scoring of one (conversatio
    two newlines + response + EOS. Tokens: special tokens added only when there is no template; the prompt's
    last token is where the two token lists (pair text, generation prompt) stop agreeing.
    A row longer than `max_length` loses prompt tokens from the left (leading special tokens and the prompt's
-   last token kept), then response tokens from the right (trailing special tokens kept).
+   last token kept), then response tokens (trailing special tokens kept) from the right, or from the left where
+   `keep_response` in reward_head.json is "end" (a folder without the key keeps each response's start).
 2. Features: the backbone's final states pooled as `pooling` says (last / first real token, mean over real
    tokens, mean over response tokens), optionally followed by the mean input embedding of the response
    tokens (`embedding_features`) and by the mean and minimum next-token log-prob of the response tokens under
@@ -148,7 +149,9 @@ class ExportedRewardModel:
         room = limit - len(kept_head) - tail
         if room < 1:
             raise ValueError(f"max_length {limit} is too small to hold any response token")
-        return kept_head + response[:room] + response[len(response) - tail :], len(kept_head)
+        body = response[: len(response) - tail]
+        kept = body[len(body) - room :] if self.config.get("keep_response", "start") == "end" else body[:room]
+        return kept_head + kept + response[len(body) :], len(kept_head)
 
     # ------------------------------------------------------------------ token ids -> features
     def _batch(self, prompts: list[Conversation], responses: list[str]) -> dict[str, torch.Tensor]:

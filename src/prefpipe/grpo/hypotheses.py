@@ -5,9 +5,12 @@ held-out accuracy and on the training reward, with intervals, the diagnostics th
   on the prompts both runs were evaluated on (policy_eval per_example.jsonl, the evaluation's primary
   decoding); effect = mean d_i; interval = percentile bootstrap over prompts (resample the n prompts with
   replacement `bootstrap_samples` times; numpy default_rng(seed)), level `confidence`.
-- Reward effect: mean training reward (reward_mean) over the last `tail_steps` logged steps, run minus
-  baseline; interval = bootstrap resampling each run's tail steps independently (not paired: steps differ).
-  Reward definitions differ where the factor is the reward itself (H05): read that row with care.
+- Reward effect: mean training reward over the last `tail_steps` logged steps, run minus baseline; interval =
+  bootstrap resampling each run's tail steps independently (not paired: steps differ). Only like is compared
+  with like (`compared_reward`): the total reward_mean when both runs sum the same reward sources; the one
+  source they share (its `reward/<source>_mean`) when the sources differ (H05's verifier + reward model against
+  the verifier alone compares the verifier part); no reward effect when they share none (the reward model
+  alone against the verifier: a reward-model score minus a verifier score is not a change).
 - Verdict (on accuracy, the question users ask): "helps" when the interval lies above 0, "hurts" when below 0,
   otherwise "no measurable effect".
 - Diagnostics: the health checks the report shows too (prefpipe.grpo.health, thresholds report.diagnostics)
@@ -68,9 +71,71 @@ def paired_accuracy(
     }
 
 
-def tail_rewards(rows: list[dict], tail: int) -> np.ndarray:
-    values = [float(r["reward_mean"]) for r in rows if r.get("reward_mean") is not None]
+TOTAL_REWARD = "reward_mean"
+SOURCE_PREFIX, SOURCE_SUFFIX = "reward/", "_mean"  # the trainer's per-source columns: reward/<source>_mean
+
+
+def reward_sources(rows: list[dict]) -> set[str]:
+    """The reward sources a run's metrics log (reward/<source>_mean columns)."""
+    return {
+        key[len(SOURCE_PREFIX) : -len(SOURCE_SUFFIX)]
+        for row in rows
+        for key in row
+        if key.startswith(SOURCE_PREFIX) and key.endswith(SOURCE_SUFFIX)
+    }
+
+
+def compared_reward(run_rows: list[dict], base_rows: list[dict]) -> str | None:
+    """The metric the reward effect compares: the total when both runs sum the same sources, else the one
+    source both have, else None (nothing in common to compare)."""
+    run_sources, base_sources = reward_sources(run_rows), reward_sources(base_rows)
+    if run_sources == base_sources:
+        return TOTAL_REWARD
+    shared = run_sources & base_sources
+    return f"{SOURCE_PREFIX}{shared.pop()}{SOURCE_SUFFIX}" if len(shared) == 1 else None
+
+
+def tail_rewards(rows: list[dict], tail: int, metric: str = TOTAL_REWARD) -> np.ndarray:
+    values = [float(r[metric]) for r in rows if r.get(metric) is not None]
     return np.array(values[-tail:])
+
+
+def reward_effect(run_rows: list[dict], base_rows: list[dict], s: HypothesesSettings) -> dict[str, Any]:
+    """The reward effect's fields (reward_metric None and no delta where the runs share no reward source)."""
+    metric = compared_reward(run_rows, base_rows)
+    if metric is None:
+        return {"reward_metric": None, "reward_delta": None, "reward_ci": None}
+    tail, base_tail = (
+        tail_rewards(run_rows, s.tail_steps, metric),
+        tail_rewards(base_rows, s.tail_steps, metric),
+    )
+    return {
+        "reward_metric": metric,
+        "reward_mean": float(tail.mean()),
+        "baseline_reward_mean": float(base_tail.mean()),
+        "reward_delta": float(tail.mean() - base_tail.mean()),
+        "reward_ci": list(
+            bootstrap_diff_interval(tail, base_tail, s.bootstrap_samples, s.confidence, s.seed)
+        ),
+    }
+
+
+def reward_text(r: dict[str, Any]) -> str:
+    """A row's reward effect as the tables show it."""
+    if r.get("reward_delta") is None:
+        return "none: no shared reward source"
+    lo, hi = r["reward_ci"]
+    metric = r.get("reward_metric", TOTAL_REWARD)
+    part = "" if metric == TOTAL_REWARD else f" ({metric[len(SOURCE_PREFIX) : -len(SOURCE_SUFFIX)]} only)"
+    return f"{r['reward_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}]{part}"
+
+
+def diagnostics_text(items: list[dict], baseline: list[dict] | None = None) -> str:
+    """The checks that fired, those the baseline did not show first: a long cell is cut at its end (the full
+    text in its tooltip), so what a hypothesis adds must not be the part cut (H02's prompt loss was)."""
+    seen = {d["check"] for d in baseline or []}
+    ordered = sorted(items, key=lambda d: d["check"] in seen)  # stable: the run's own order within each part
+    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in ordered) or "none"
 
 
 def fired(run: str, rows: list[dict], settings: HypothesesSettings) -> list[dict[str, Any]]:
@@ -98,7 +163,6 @@ def summarise(
     """The grid's summary from each run's held-out per-example rows and training metrics."""
     s = settings
     base = s.baseline
-    base_tail = tail_rewards(metrics[base], s.tail_steps)
     tests: dict[str, Any] = {}
     for name, test in s.tests.items():
         runs = {}
@@ -106,18 +170,9 @@ def summarise(
             acc = paired_accuracy(
                 per_example[run], per_example[base], s.bootstrap_samples, s.confidence, s.seed
             )
-            tail = tail_rewards(metrics[run], s.tail_steps)
-            reward = {
-                "reward_mean": float(tail.mean()),
-                "baseline_reward_mean": float(base_tail.mean()),
-                "reward_delta": float(tail.mean() - base_tail.mean()),
-                "reward_ci": list(
-                    bootstrap_diff_interval(tail, base_tail, s.bootstrap_samples, s.confidence, s.seed)
-                ),
-            }
             runs[run] = {
                 **acc,
-                **reward,
+                **reward_effect(metrics[run], metrics[base], s),
                 "diagnostics": fired(run, metrics[run], s),
                 "verdict": verdict(tuple(acc["accuracy_ci"])),
             }
@@ -134,10 +189,6 @@ def summarise(
     }
 
 
-def _diag_text(items: list[dict]) -> str:
-    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in items) or "none"
-
-
 def markdown(summary: dict[str, Any]) -> str:
     """The six-row table (one row per hypothesis run) and the baseline's own diagnostics."""
     level = round(100 * summary["confidence"])
@@ -145,25 +196,24 @@ def markdown(summary: dict[str, Any]) -> str:
         f"# GRPO hypotheses (baseline: {summary['baseline']}, held-out decoding: {summary['decoding']})",
         "",
         f"| Hypothesis | Factor | Run | Accuracy change [{level}%] | Reward change [{level}%] "
-        "| Diagnostics fired (first step) | Verdict |",
+        "| Diagnostics fired (first step; new to the run first) | Verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, test in summary["tests"].items():
         for run, r in test["runs"].items():
             lo, hi = r["accuracy_ci"]
-            rlo, rhi = r["reward_ci"]
+            diagnostics = diagnostics_text(r["diagnostics"], summary["baseline_diagnostics"])
             lines.append(
                 f"| {name} | {test['factor']} | {run} | {r['accuracy_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
-                f"| {r['reward_delta']:+.3f} [{rlo:+.3f}, {rhi:+.3f}] | {_diag_text(r['diagnostics'])} "
-                f"| {r['verdict']} |"
+                f"| {reward_text(r)} | {diagnostics} | {r['verdict']} |"
             )
     lines += [
         "",
-        f"Baseline diagnostics fired: {_diag_text(summary['baseline_diagnostics'])}.",
+        f"Baseline diagnostics fired: {diagnostics_text(summary['baseline_diagnostics'])}.",
         "",
         f"Verdict rule: {summary['verdict_rule']}. Accuracy: paired bootstrap over held-out prompts "
-        f"({summary['bootstrap_samples']} samples); reward: training reward_mean over the last "
-        f"{summary['tail_steps']} steps, bootstrap over steps.",
+        f"({summary['bootstrap_samples']} samples); reward: training reward over the last "
+        f"{summary['tail_steps']} steps (the total, or the one source both runs share, named), bootstrap over steps.",
         "",
     ]
     return "\n".join(lines)

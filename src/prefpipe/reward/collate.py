@@ -3,13 +3,15 @@
 Text comes only from prefpipe.common.chat. The last prompt token (for the prompt gate) is located from the
 formatted prompt: its token ids are the common prefix of tokenize(prompt) and tokenize(prompt + response).
 Over-long sequences lose tokens from the LEFT of the prompt (leading special tokens such as BOS/CLS and the
-last prompt token are kept); only if that is not enough is the response cut from the right, keeping its
-trailing special tokens (EOS/SEP). Both cases are counted.
+last prompt token are kept); only if that is not enough is the response cut, keeping its trailing special
+tokens (EOS/SEP): from the right (keep_response "start", the default) or from the left ("end": a reply's
+conclusion is kept, its opening dropped). Both cases are counted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +68,25 @@ def _trailing(ids: list[int], special: set[int]) -> int:
     return n
 
 
+# reward.*.data.keep_response: which `room` tokens of a too-long response body (trailing specials excluded) stay.
+KEEP_RESPONSE: dict[str, Callable[[list[int], int], list[int]]] = {
+    "start": lambda body, room: body[:room],
+    "end": lambda body, room: body[len(body) - room :],
+}
+
+
+def check_keep_response(keep: str) -> str:
+    """`keep` if KEEP_RESPONSE knows it, else a ConfigError naming the key."""
+    if keep not in KEEP_RESPONSE:
+        raise ConfigError(f"data.keep_response={keep!r}: expected one of {sorted(KEEP_RESPONSE)}")
+    return keep
+
+
 def truncate_row(
-    ids: list[int], prompt_len: int, max_length: int, special: set[int]
+    ids: list[int], prompt_len: int, max_length: int, special: set[int], keep: str
 ) -> tuple[TokenizedRow, str]:
-    """Fit one sequence into max_length; returns the row and what was cut: '', 'prompt' or 'response'."""
+    """Fit one sequence into max_length; returns the row and what was cut: '', 'prompt' or 'response'.
+    The prompt gives way first; then the response keeps its start or its end (`keep`, KEEP_RESPONSE)."""
     excess = len(ids) - max_length
     if excess <= 0:
         return TokenizedRow(ids, prompt_len), ""
@@ -83,7 +100,8 @@ def truncate_row(
     room = max_length - len(head) - tail
     if room < 1:
         raise ConfigError(f"data.max_length={max_length} is too small to hold any response token")
-    kept = response[:room] + (response[len(response) - tail :] if tail else [])
+    body = response[: len(response) - tail]  # room < len(body): the prompt alone could not give way
+    kept = KEEP_RESPONSE[check_keep_response(keep)](body, room) + response[len(body) :]
     return TokenizedRow(head + kept, len(head), "response"), "response"
 
 
@@ -122,11 +140,12 @@ def chunk_bounds(lengths: list[int], max_chunks: int, pass_cost: int) -> list[in
 class PairEncoder:
     """Tokenises (prompt, response) rows and pads batches; counts truncations by kind."""
 
-    def __init__(self, tokenizer: Any, max_length: int, padding_side: str) -> None:
+    def __init__(self, tokenizer: Any, max_length: int, padding_side: str, keep_response: str) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; load it through prefpipe.reward.backbone")
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.keep_response = check_keep_response(keep_response)  # which part of a too-long response stays
         self.padding_side = padding_side
         self.add_special_tokens = not has_chat_template(tokenizer)  # templates carry their own BOS
         self.special = set(tokenizer.all_special_ids)
@@ -142,7 +161,7 @@ class PairEncoder:
         full = self._ids(format_pair(self.tokenizer, prompt, response))
         prompt_ids = self._ids(format_prompt(self.tokenizer, prompt))
         prompt_len = max(1, min(_common_prefix(full, prompt_ids), len(full) - 1))
-        row, cut = truncate_row(full, prompt_len, self.max_length, self.special)
+        row, cut = truncate_row(full, prompt_len, self.max_length, self.special, self.keep_response)
         if cut:
             self.truncated[cut] += 1
         return row
@@ -183,7 +202,8 @@ class PairEncoder:
             prompt_ids = head_ids[head]
             n = len(prompt_ids)
             common = n if full[:n] == prompt_ids else _common_prefix(full, prompt_ids)
-            row, cut = truncate_row(full, max(1, min(common, len(full) - 1)), self.max_length, self.special)
+            prompt_len = max(1, min(common, len(full) - 1))
+            row, cut = truncate_row(full, prompt_len, self.max_length, self.special, self.keep_response)
             if cut:
                 self.truncated[cut] += 1
             rows.append(row)

@@ -79,6 +79,7 @@ def build_reward_model(base: str, settings: RewardSettings) -> RewardModel:
         pooling=bb.default_pooling(kind, s.pooling),
         max_length=max_length,
         padding_side=settings.data.padding_side,
+        keep_response=settings.data.keep_response,
         pad_token_fix=pad_fix,
         trust_remote_code=s.trust_remote_code,
         backbone_format="lora" if settings.lora.enabled else "full",

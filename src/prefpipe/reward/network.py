@@ -61,7 +61,7 @@ class RewardModel(nn.Module):
         self.head = head
         self.tokenizer = tokenizer
         self.spec = spec
-        self.encoder = PairEncoder(tokenizer, spec.max_length, spec.padding_side)
+        self.encoder = PairEncoder(tokenizer, spec.max_length, spec.padding_side, spec.keep_response)
         self._uses_position_ids = bb.accepts_position_ids(backbone)
         self._no_cache = spec.backbone_kind == "decoder"
         # Other heads (same spec) that encode_dataset also applies to each batch's backbone features; their

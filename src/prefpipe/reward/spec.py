@@ -1,7 +1,7 @@
 """What a saved reward model is besides its weights: head_config.json (`ModelSpec`) and the folder's file names.
 
 head_config.json holds the head's settings (type, dims, tau, options), the backbone's kind, width and pooling,
-the tokenisation (max_length, padding side, pad-token fix), the LoRA base reference and the head's input
+the tokenisation (max_length, which end of a too-long response stays, padding side, pad-token fix), the LoRA base reference and the head's input
 features. See docs/CONTRACTS.md.
 """
 
@@ -40,6 +40,8 @@ class ModelSpec:
     embedding_features: bool = False  # head input = [pooled state ; response-token mean of input embeddings]
     # Folders saved before backbone.likelihood_features: no log-likelihood summary.
     likelihood_features: bool = False  # head input also ends with [mean ; min response-token log-prob]
+    # Folders saved before data.keep_response kept each too-long response's start.
+    keep_response: str = "start"  # start | end: the part of a too-long response that truncation keeps
 
     @property
     def head_input_size(self) -> int:

@@ -84,6 +84,7 @@ class LoraSettings:
 @dataclass
 class PairDataSettings:
     max_length: int
+    keep_response: str  # start | end: the part of a too-long response that truncation keeps (collate.py)
     padding_side: str  # right | left (pooling is mask-based, so both give the same scores)
 
 

@@ -4,19 +4,12 @@ verdict."""
 
 from __future__ import annotations
 
+from prefpipe.grpo.hypotheses import diagnostics_text, reward_text
 from prefpipe.report.document import Claim, Paragraph, Section, Table
 from prefpipe.report.sections import Context
 
 TITLE, ANCHOR = "Why does GRPO not improve? The hypothesis grid", "hypotheses"
 KIND = "grpo_hypotheses"
-
-
-def _signed(value: float, ci: list[float]) -> str:
-    return f"{value:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-
-
-def _diagnostics(items: list[dict]) -> str:
-    return "; ".join(f"{d['check']} (step {d['first_step']})" for d in items) or "none"
 
 
 def claims(ctx: Context) -> list[Claim]:
@@ -40,9 +33,9 @@ def build(ctx: Context) -> Section | None:
             name,
             test["factor"],
             run,
-            _signed(r["accuracy_delta"], r["accuracy_ci"]),
-            _signed(r["reward_delta"], r["reward_ci"]),
-            _diagnostics(r["diagnostics"]),
+            f"{r['accuracy_delta']:+.3f} [{r['accuracy_ci'][0]:+.3f}, {r['accuracy_ci'][1]:+.3f}]",
+            reward_text(r),
+            diagnostics_text(r["diagnostics"], summary["baseline_diagnostics"]),
             r["verdict"],
         ]
         for name, test in summary["tests"].items()
@@ -56,16 +49,17 @@ def build(ctx: Context) -> Section | None:
             "Run",
             "Held-out accuracy change",
             "Training reward change",
-            "Diagnostics fired",
+            "Diagnostics fired (new to the run first)",
             "Verdict",
         ],
         rows,
         f"{summary['verdict_rule']}. Accuracy: paired bootstrap over held-out prompts ({summary['decoding']} "
-        f"decoding); reward: reward_mean over the last {summary['tail_steps']} training steps.",
+        f"decoding); reward: the training reward over the last {summary['tail_steps']} steps, the total or, where "
+        "the runs' reward sources differ, the one source both share (named).",
         ["flag" if r[-1] == "hurts" else "" for r in rows],
         anchor="hypotheses-table",
     )
     base = Paragraph(
-        f"Diagnostics fired on the baseline: {_diagnostics(summary['baseline_diagnostics'])}.", "note"
+        f"Diagnostics fired on the baseline: {diagnostics_text(summary['baseline_diagnostics'])}.", "note"
     )
     return Section(TITLE, [table, base], ANCHOR)
