@@ -54,7 +54,7 @@ estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -114,42 +114,38 @@ def orthogonality(rows: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return cos.abs().mean()
 
 
-def measure(lengths: torch.Tensor, scale: str) -> torch.Tensor:
-    """The length the correlations use: characters (`chars`) or log(1 + characters) (`log`)."""
-    if scale == "chars":
-        return lengths
-    if scale == "log":
-        return torch.log1p(lengths)
-    raise ValueError(f"head.length_head.length_scale: {scale!r}, expected chars or log")
-
-
-def follow(r: torch.Tensor, y: torch.Tensor, form: str) -> torch.Tensor:
-    """The length head's term, r its rewards, y the lengths: 1 - rho(r, y) (`pearson`, ODIN) or the variance of
-    r that y does not explain, Var r (1 - rho^2) = mean(rc^2) - cov(r, z)^2 (`residual`)."""
-    if form == "pearson":
-        return 1.0 - pearson(r, y)
-    if form == "residual":
-        rc = r - r.mean()
-        return rc.square().mean() - covariance_z(r, y).square()
-    raise ValueError(f"head.length_head.follow: {form!r}, expected pearson or residual")
-
-
 def covariance_z(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """cov(x, z), z = (y - mean y) / sd(y) (population moments): rho(x, y) sd(x), in x's units."""
     xc, yc = x - x.mean(), y - y.mean()
     return (xc * yc).mean() / yc.square().mean().sqrt().clamp_min(EPS)
 
 
-def decorrelation(x: torch.Tensor, y: torch.Tensor, form: str) -> torch.Tensor:
-    """The penalty on the scored head's length dependence, x the scores, y the lengths: |rho(x, y)| (`abs`,
-    ODIN), rho^2 (`squared`) or cov(x, z)^2 with z = (y - mean y) / sd(y) (`covariance`: rho^2 var x)."""
-    if form == "abs":
-        return pearson(x, y).abs()
-    if form == "squared":
-        return pearson(x, y).square()
-    if form == "covariance":
-        return covariance_z(x, y).square()
-    raise ValueError(f"head.length_head.decorrelation: {form!r}, expected abs, squared or covariance")
+def unexplained_variance(r: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Var r (1 - rho(r, y)^2) = mean(rc^2) - cov(r, z)^2: the variance of r that y does not explain."""
+    return (r - r.mean()).square().mean() - covariance_z(r, y).square()
+
+
+Term = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# head.length_head.length_scale: the length the correlations use (characters or log(1 + characters)).
+LENGTH_SCALES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"chars": lambda n: n, "log": torch.log1p}
+# head.length_head.follow: the length head's term F(r_L, L): 1 - rho (ODIN) or the variance length leaves.
+FOLLOW_FORMS: dict[str, Term] = {
+    "pearson": lambda r, y: 1.0 - pearson(r, y),
+    "residual": unexplained_variance,
+}
+# head.length_head.decorrelation: the scored head's term D(x, L): |rho| (ODIN), rho^2 or cov(x, z)^2 (rho^2 var x).
+DECORRELATIONS: dict[str, Term] = {
+    "abs": lambda x, y: pearson(x, y).abs(),
+    "squared": lambda x, y: pearson(x, y).square(),
+    "covariance": lambda x, y: covariance_z(x, y).square(),
+}
+
+
+def form(table: dict[str, Callable], key: str, value: str) -> Callable:
+    """table[value], or an error naming head.length_head.<key> and the known values."""
+    if value not in table:
+        raise ValueError(f"head.length_head.{key}: {value!r}, expected one of {sorted(table)}")
+    return table[value]
 
 
 def quality_pairs(
@@ -177,11 +173,12 @@ def length_penalty(
             raise ValueError(
                 f"length-disentangled loss: {name} lacks {missing} (lengths reach the loss here)"
             )
-    length_c = measure(out_c[LENGTH_KEY].float(), settings.length_scale)
-    length_r = measure(out_r[LENGTH_KEY].float(), settings.length_scale)
+    scale = form(LENGTH_SCALES, "length_scale", settings.length_scale)
+    length_c, length_r = scale(out_c[LENGTH_KEY].float()), scale(out_r[LENGTH_KEY].float())
     length_rewards = torch.cat([out_c[LENGTH_REWARD_KEY], out_r[LENGTH_REWARD_KEY]])
-    follows = follow(length_rewards, torch.cat([length_c, length_r]), settings.follow)
-    avoid = decorrelation(*quality_pairs(head, out_c, out_r, length_c, length_r), settings.decorrelation)
+    follows = form(FOLLOW_FORMS, "follow", settings.follow)(length_rewards, torch.cat([length_c, length_r]))
+    quality = quality_pairs(head, out_c, out_r, length_c, length_r)
+    avoid = form(DECORRELATIONS, "decorrelation", settings.decorrelation)(*quality)
     ortho = orthogonality(head.projection_rows(), head.length_head_module().weight)
     ramp = linear_warmup(step, settings.warmup_steps)
     return ramp * (
