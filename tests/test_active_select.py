@@ -1,6 +1,7 @@
 """Active learning's acquisition (prefpipe.active.select) against independent computations: top-k by
 uncertainty with deterministic ties, never a labelled pair, random = a seeded permutation, the Bayesian GPM's
-mutual information and the ensemble's score sd computed here by brute force; and the config checks."""
+mutual information, the ensemble's score sd and its members' mutual information computed here by brute force;
+and the config checks."""
 
 from __future__ import annotations
 
@@ -106,6 +107,28 @@ def test_ensemble_picks_the_largest_member_sd():
     assert select("ensemble", settings, ids, scores, 4, seed=0, round_=2) == expected
 
 
+def _members_bald(scores, taus):
+    """H(mean_m p_m) - mean_m H(p_m) with p_m = sigmoid(s_m / tau_m), member by member."""
+    probs = [1 / (1 + np.exp(-s / t)) for s, t in zip(scores, taus, strict=True)]
+    return _entropy(sum(probs) / len(probs)) - sum(_entropy(p) for p in probs) / len(probs)
+
+
+def test_ensemble_bald_picks_the_largest_members_mutual_information():
+    settings = _settings()
+    rng = np.random.default_rng(3)
+    ids = [f"r{i:02d}" for i in range(40)]
+    a, b = rng.normal(0, 3, 40), rng.normal(0, 3, 40)
+    scores = {"gpm": _frame(ids, a, np.nan, tau=0.5), "bt": _frame(ids[::-1], b[::-1], np.nan, tau=2.0)}
+    pool = ids[3:]
+    mi = _members_bald([a, b], [0.5, 2.0])
+    expected = [ids[j] for j in sorted(range(3, 40), key=lambda j: (-mi[j], ids[j]))[:7]]
+    assert select("ensemble_bald", settings, pool, scores, 7, seed=0, round_=1) == expected
+    sd = np.std(np.stack([a, b]), axis=0, ddof=1)
+    assert expected != [
+        ids[j] for j in sorted(range(3, 40), key=lambda j: -sd[j])[:7]
+    ]  # not the sd's ranking
+
+
 def test_strategies_are_checked_against_the_registry_and_the_heads():
     is_bayesian = {"bgpm": True, "gpm": False, "bt": False}.__getitem__
     check_strategies(_settings(), is_bayesian)
@@ -115,6 +138,11 @@ def test_strategies_are_checked_against_the_registry_and_the_heads():
         pipeline({"active_learning": {**ON, "learner": "gpm", "ensemble": None, "strategies": ["bgpm"]}})
     with pytest.raises(ConfigError, match="'ensemble' needs active_learning.ensemble"):
         pipeline({"active_learning": {**ON, "ensemble": None}})
+    with pytest.raises(ConfigError, match="'ensemble_bald' needs active_learning.ensemble"):
+        pipeline({"active_learning": {**ON, "ensemble": None, "strategies": ["random", "ensemble_bald"]}})
+    with pytest.raises(ConfigError, match="'ensemble_bald' reads bgpm, which is not a point head"):
+        overlay = {"active_learning": {**ON, "strategies": ["ensemble_bald"]}}
+        pipeline({**overlay, "eval": {"ensembles": {"ens": ["bgpm", "gpm"]}}})
     with pytest.raises(ConfigError, match="not an eval.ensembles entry"):
         pipeline({"active_learning": {**ON, "ensemble": "none-such"}})
     assert pipeline({}).active_learning is None  # off in the default run

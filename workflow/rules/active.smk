@@ -74,6 +74,7 @@ rule al_train:
         unpack(lambda wildcards: model_input(*reward_backbone_ref(wildcards.variant))),
         pairs_train=f"{AL_ROUND}/data/pairs_train.jsonl",
         pairs_test=f"{AL_ROUND}/data/pairs_test.jsonl",
+        pairs_full=rules.prep_data.output.pairs_train,
     output:
         model=directory(f"{AL_ROUND}/reward/{{variant}}/model"),
         metrics=f"{AL_ROUND}/reward/{{variant}}/metrics.jsonl",
@@ -96,10 +97,14 @@ rule al_train:
         backbone=lambda wildcards, input: model_path(
             *reward_backbone_ref(wildcards.variant), input
         ),
+        kl_weight=lambda wildcards: al_kl_weight(wildcards.variant),
+        kl_reference=lambda wildcards, input: al_kl_reference(
+            wildcards.variant, input.pairs_full
+        ),
     shell:
         stage_shell(
-            "train_reward",
-            "--data {params.data:q} --base {params.backbone:q}",
+            "active_train",
+            "--data {params.data:q} --base {params.backbone:q} {params.kl_reference}",
             launch="{params.launch}",
         )
 

@@ -240,6 +240,20 @@ def al_reward_settings(variant, seed):
     return dataclasses.replace(settings, seed=settings.seed + int(seed))
 
 
+def al_kl_weight(variant):
+    """active_learning.kl_weight for the learner, `fixed` for the ensemble's members (a recorded param, so a
+    changed mode retrains the learner)."""
+    return AL.kl_weight if variant == AL.learner else "fixed"
+
+
+def al_kl_reference(variant, pairs_full):
+    """al_train's --kl-reference (the experiment's data folder) when the learner's KL weight is rescaled to
+    the round's labelled set (prefpipe.active.kl_weight), else nothing."""
+    if al_kl_weight(variant) == "fixed":
+        return ""
+    return f"--kl-reference {shlex.quote(os.path.dirname(pairs_full))}"
+
+
 def al_params(out_of, *keys):
     """stage_params of an active-learning stage whose `provenance` holds only the settings that change its
     output (`keys`, with the run-wide ones), so adding a round or a seed reruns no finished round.

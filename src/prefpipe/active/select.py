@@ -9,6 +9,9 @@ Every strategy takes k pairs from the pool (the training pairs not yet labelled)
   the quantity for active learning (prefpipe.evaluation.uncertainty.gaussian_preference).
 - ensemble: the k pairs where the ensemble's members disagree most, the sd of their scores (eval_ensemble's
   `score_sd`, prefpipe.evaluation.uncertainty.ensemble_preference).
+- ensemble_bald: the k pairs of largest mutual information over the members (BALD with the members as the
+  posterior samples): H(mean_m p_m) - mean_m H(p_m), p_m = sigmoid(s_m / tau_m) with each member's own tau.
+  It ranks the eval's errors where the raw sd does not (docs/ACTIVE_LEARNING.md).
 Ties in the uncertainty go to the smaller id, so the selection is a function of the scores alone.
 """
 
@@ -53,10 +56,18 @@ def _member_sd(scores: dict[str, pd.DataFrame]) -> np.ndarray:
     return ensemble_preference(members, tau)["score_sd"]
 
 
+def _member_information(scores: dict[str, pd.DataFrame]) -> np.ndarray:
+    logits = np.stack(
+        [f[SCORE].to_numpy(np.float64) / f[TAU].to_numpy(np.float64) for f in scores.values()], 1
+    )
+    return ensemble_preference(logits, 1.0)["mutual_information"]
+
+
 ACQUISITIONS: dict[str, Acquisition] = {
     "random": Acquisition(lambda s: [], None, None),
     "bgpm": Acquisition(lambda s: [s.learner], _posterior_information, True),
     "ensemble": Acquisition(lambda s: list(s.members), _member_sd, False),
+    "ensemble_bald": Acquisition(lambda s: list(s.members), _member_information, False),
 }
 
 

@@ -21,6 +21,9 @@ class ActiveLearningSettings(RunSettings):
     initial_labels: int  # labelled pairs of round 0 (a seeded random sample, shared by every strategy)
     labels_per_round: int  # pairs added before each later round
     batch_size: int  # sequences per forward pass when scoring the pool and the test pairs
+    # fixed: the learner keeps its variant's max_kl_weight; labelled: times (training pairs / labelled pairs) of
+    # the round, so "batch / dataset size" holds for the set it trains on (prefpipe.active.kl_weight)
+    kl_weight: str
     # The ensemble's members (eval.ensembles[ensemble]); derived by PipelineSettings, not a config key.
     members: list[str]
 
