@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from prefpipe.common.config import ConfigError
+from prefpipe.reward.heads.registry import get_head_class
 from prefpipe.settings.reward import RewardSettings
 
 MODES = ("fixed", "labelled")
@@ -16,9 +17,9 @@ MODES = ("fixed", "labelled")
 def scaled_kl_weight(settings: RewardSettings, full_pairs: int, labelled_pairs: int) -> RewardSettings:
     """The settings with head.bayes.max_kl_weight times full_pairs / labelled_pairs."""
     bayes = settings.head.bayes
-    if settings.head.type != "bgpm" or bayes is None:
+    if not get_head_class(settings.head.type).bayesian or bayes is None:
         raise ConfigError(
-            f"active_learning.kl_weight = labelled: the learner's head is {settings.head.type}, not bgpm"
+            f"active_learning.kl_weight = labelled: the learner's head is {settings.head.type}, not bgpm (a Bayesian head)"
         )
     if not 0 < labelled_pairs <= full_pairs:
         raise ConfigError(f"active_learning: {labelled_pairs} labelled pairs of {full_pairs} training pairs")

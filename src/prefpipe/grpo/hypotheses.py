@@ -120,14 +120,18 @@ def reward_effect(run_rows: list[dict], base_rows: list[dict], s: HypothesesSett
     }
 
 
+def effect_text(value: float, ci: list[float]) -> str:
+    """An effect with its interval as the grid's tables show it: +0.012 [-0.030, +0.054]."""
+    return f"{value:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
 def reward_text(r: dict[str, Any]) -> str:
     """A row's reward effect as the tables show it."""
     if r.get("reward_delta") is None:
         return "none: no shared reward source"
-    lo, hi = r["reward_ci"]
     metric = r.get("reward_metric", TOTAL_REWARD)
     part = "" if metric == TOTAL_REWARD else f" ({metric[len(SOURCE_PREFIX) : -len(SOURCE_SUFFIX)]} only)"
-    return f"{r['reward_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}]{part}"
+    return effect_text(r["reward_delta"], r["reward_ci"]) + part
 
 
 def diagnostics_text(items: list[dict], baseline: list[dict] | None = None) -> str:
@@ -201,10 +205,9 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     for name, test in summary["tests"].items():
         for run, r in test["runs"].items():
-            lo, hi = r["accuracy_ci"]
             diagnostics = diagnostics_text(r["diagnostics"], summary["baseline_diagnostics"])
             lines.append(
-                f"| {name} | {test['factor']} | {run} | {r['accuracy_delta']:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                f"| {name} | {test['factor']} | {run} | {effect_text(r['accuracy_delta'], r['accuracy_ci'])} "
                 f"| {reward_text(r)} | {diagnostics} | {r['verdict']} |"
             )
     lines += [

@@ -4,7 +4,7 @@ verdict."""
 
 from __future__ import annotations
 
-from prefpipe.grpo.hypotheses import diagnostics_text, reward_text
+from prefpipe.grpo.hypotheses import diagnostics_text, effect_text, reward_text
 from prefpipe.report.document import Claim, Paragraph, Section, Table
 from prefpipe.report.sections import Context
 
@@ -33,7 +33,7 @@ def build(ctx: Context) -> Section | None:
             name,
             test["factor"],
             run,
-            f"{r['accuracy_delta']:+.3f} [{r['accuracy_ci'][0]:+.3f}, {r['accuracy_ci'][1]:+.3f}]",
+            effect_text(r["accuracy_delta"], r["accuracy_ci"]),
             reward_text(r),
             diagnostics_text(r["diagnostics"], summary["baseline_diagnostics"]),
             r["verdict"],
