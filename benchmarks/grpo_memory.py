@@ -91,7 +91,7 @@ def _policy(case: dict):
 def _rollout(case: dict):
     import torch
 
-    from prefpipe.grpo.rollout import Rollout
+    from prefpipe.grpo.rollout.completions import Rollout
 
     g = torch.Generator().manual_seed(1)
     n, P, C, V = case["prompts"] * case["G"], case["prompt_len"], case["tokens"], case["vocab"]
@@ -109,9 +109,9 @@ def worker(case: dict) -> dict:
     import torch
     from support.settings import grpo_settings
 
+    from prefpipe.grpo.algorithm.reference import build_reference
+    from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, update
     from prefpipe.grpo.data_parallel import DataParallel
-    from prefpipe.grpo.reference import build_reference
-    from prefpipe.grpo.update import Learner, StepBatch, make_adamw, update
 
     torch.set_num_threads(1)
     settings = grpo_settings({

@@ -131,7 +131,7 @@ def worker_prefpipe(case: dict) -> dict:
     import torch
 
     from prefpipe.grpo.rewards import WeightedReward
-    from prefpipe.grpo.trainer import GRPOTrainer
+    from prefpipe.grpo.training.trainer import GRPOTrainer
 
     torch.set_num_threads(1)
     now = common.clock(case.get("clock", "cpu"))

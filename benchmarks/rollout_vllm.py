@@ -57,8 +57,8 @@ def main() -> None:
     from support.models import chat_tokenizer, tiny_smollm2
     from support.settings import grpo_settings
 
-    from prefpipe.grpo.engines import build_engine
-    from prefpipe.grpo.step_batch import step_uniforms
+    from prefpipe.grpo.rollout.engines import build_engine
+    from prefpipe.grpo.training.step_batch import step_uniforms
 
     tok = chat_tokenizer(vocab_size=512)
     policy = tiny_smollm2(tok).eval()

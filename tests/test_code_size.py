@@ -1,5 +1,6 @@
 """Small rooms: no file in src/ over MAX_FILE_LINES lines, no function over MAX_FUNCTION_LINES lines unless its
-`def` line carries a `# long: <reason>` comment saying why it stays whole.
+`def` line carries a `# long: <reason>` comment saying why it stays whole, and no package holding more than
+MAX_PACKAGE_MODULES modules side by side (the .py files directly in its folder, `__init__.py` included).
 
 A function's length counts from its first decorator (or `def`) to its last line, docstring included; nested
 functions count inside their parent and on their own. Run this file as a script to list the longest ones.
@@ -16,6 +17,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
+MAX_PACKAGE_MODULES = 20
 LONG_REASON = re.compile(r"#\s*long:\s*\S")  # on the def line: why this function stays whole
 
 
@@ -77,6 +79,27 @@ def test_no_source_file_is_over_the_limit():
     assert long_files == [], f"files over {MAX_FILE_LINES} lines: split them by job"
 
 
+def package_modules(src: Path = SRC) -> dict[str, int]:
+    """Each package folder under src/ (relative path) and how many .py files lie directly in it."""
+    folders = {p.parent for p in source_files(src)}
+    return {str(d.relative_to(src.parent)): len(list(d.glob("*.py"))) for d in sorted(folders)}
+
+
+def test_no_package_is_over_the_limit():
+    crowded = [f"{path} ({n} modules)" for path, n in package_modules().items() if n > MAX_PACKAGE_MODULES]
+    assert crowded == [], f"packages over {MAX_PACKAGE_MODULES} modules: split them into rooms (subpackages)"
+
+
+def test_the_package_count_reads_one_folder(tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg" / "room").mkdir(parents=True)
+    for name in ("__init__", "a", "b"):
+        (src / "pkg" / f"{name}.py").write_text("")
+    (src / "pkg" / "room" / "__init__.py").write_text("")
+    (src / "pkg" / "notes.md").write_text("")
+    assert package_modules(src) == {"src/pkg": 3, "src/pkg/room": 1}
+
+
 def test_no_function_is_over_the_limit_without_a_reason():
     unexplained = [
         f.where()
@@ -117,3 +140,5 @@ if __name__ == "__main__":
         print(f.where(), "# long: given" if f.reason else "")
     biggest = max(source_files(), key=file_lines)
     print(f"largest file: {biggest.relative_to(SRC.parent)} ({file_lines(biggest)} lines)")
+    for path, n in sorted(package_modules().items(), key=lambda item: -item[1]):
+        print(f"{n:3d} modules  {path}")

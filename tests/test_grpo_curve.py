@@ -1,4 +1,4 @@
-"""The held-out learning curve (grpo/curve.py) and the validation split (grpo/splits.py) on tiny real folders:
+"""The held-out learning curve (grpo/policy_eval/curve.py) and the validation split (grpo/splits.py) on tiny real folders:
 the curve has a point at the expected steps and its last point equals a separate eval_policy run on the saved
 policy; the curve survives a resume; validation prompts are never trained on and are the same in every order."""
 
@@ -17,10 +17,10 @@ from support.settings import grpo_settings
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
-from prefpipe.grpo.curve import CURVE_FILE, curve_steps
+from prefpipe.grpo.policy_eval.curve import CURVE_FILE, curve_steps
 from prefpipe.grpo.rewards import build_rewards
 from prefpipe.grpo.splits import evaluation_rows, split_validation, training_rows
-from prefpipe.grpo.trainer import GRPOTrainer, Preempted
+from prefpipe.grpo.training.trainer import GRPOTrainer, Preempted
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from support.stages import run_main
 from prefpipe import build_base, prep_data
 from prefpipe.data.verifier import verify
 from prefpipe.generation.rl_prompts import load_rl_prompts
+from prefpipe.grpo.policy_eval.measures import complete
 from prefpipe.grpo.policy_io import load_policy
-from prefpipe.grpo.policy_measures import complete
 from prefpipe.grpo.rewards import build_rewards
-from prefpipe.grpo.rollout import GenerationSettings
-from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.rollout.completions import GenerationSettings
+from prefpipe.grpo.training.trainer import GRPOTrainer
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("PREFPIPE_RESULTS", REPO / "results"))

@@ -13,10 +13,10 @@ from support.models import chat_tokenizer, tiny_smollm2
 from support.settings import grpo_settings
 
 from prefpipe.grpo.data_parallel import DataParallel
-from prefpipe.grpo.engines import build_engine
-from prefpipe.grpo.engines.base import PlainEngine
-from prefpipe.grpo.engines.correction import gap_metrics, importance_weights
-from prefpipe.grpo.engines.weights import full_weights
+from prefpipe.grpo.rollout.engines import build_engine
+from prefpipe.grpo.rollout.engines.base import PlainEngine
+from prefpipe.grpo.rollout.engines.correction import gap_metrics, importance_weights
+from prefpipe.grpo.rollout.engines.weights import full_weights
 
 
 def _lora_policy():
@@ -79,7 +79,7 @@ def test_truncated_importance_weights_and_gap_metrics():
 
 
 def test_sampler_weights_scale_the_surrogate_only():
-    from prefpipe.grpo.losses import BatchNorms, grpo_loss
+    from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
 
     torch.manual_seed(0)
     logp = torch.randn(2, 3, requires_grad=True)
@@ -100,7 +100,7 @@ def test_sampler_weights_scale_the_surrogate_only():
 def test_vllm_engines_of_data_parallel_processes_join_the_launchers_group(monkeypatch):
     """One process: vLLM's own executor. Several: external_launcher over the launcher's env:// rendezvous,
     tensor parallel 1; without the launcher's variables, a one-line error naming them (before vLLM starts)."""
-    from prefpipe.grpo.engines.vllm_engine import _launcher_args
+    from prefpipe.grpo.rollout.engines.vllm_engine import _launcher_args
 
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
@@ -124,7 +124,7 @@ def test_vllm_engine_length_past_the_models_positions_is_allowed_with_a_warning(
     """The tiny catalog config asks for 128 prompt + 8 new tokens of a 128-position model: the trainer and the
     plain engine run it (rotary positions extend), so the vLLM engine gets the same length and allows it (found by
     running the train_grpo stage end to end with engine vllm), with a warning naming the keys."""
-    from prefpipe.grpo.engines.vllm_engine import _allow_model_len
+    from prefpipe.grpo.rollout.engines.vllm_engine import _allow_model_len
 
     monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
     policy = tiny_smollm2(chat_tokenizer())  # max_position_embeddings 256

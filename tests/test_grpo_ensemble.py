@@ -20,8 +20,8 @@ from support.stages import run_main
 from prefpipe import eval_policy, train_grpo
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
-from prefpipe.grpo import risk
-from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.algorithm.advantages import group_advantages
+from prefpipe.grpo.analyses import risk
 from prefpipe.grpo.rewards import build_rewards, compute_rewards
 from prefpipe.reward.ensemble import EnsembleRewardModel
 

@@ -1,4 +1,4 @@
-"""The optimised GRPO paths (grpo/fast/) give what the plain ones give on the same batch: the compacting decode
+"""The optimised GRPO paths (grpo/rollout/fast/, grpo/algorithm/fast/) give what the plain ones give on the same batch: the compacting decode
 loop vs the plain one and `model.generate` (greedy), inverse-CDF sampling vs the categorical it samples, lean
 decode steps vs the model's forward, unpadded and shared-prompt micro-batches vs the padded layout (log-probs,
 losses, gradients), fused AdamW vs the plain loop; and the run-wide `fast_paths` switch: a GRPO run with every
@@ -12,15 +12,15 @@ from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
 from prefpipe.generation.tokens import pad_token_id, tokenize_prompts
-from prefpipe.grpo.fast.decode import decode_compact
-from prefpipe.grpo.fast.packing import pack_span, share_prompt_span
-from prefpipe.grpo.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.algorithm.fast.packing import pack_span, share_prompt_span
+from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.algorithm.spans import loss_spans, plain_span
+from prefpipe.grpo.algorithm.update import make_adamw
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.rollout import GenerationSettings, generate, generate_hf
-from prefpipe.grpo.sampling import decode, filter_logits, inverse_cdf_sample
-from prefpipe.grpo.spans import loss_spans, plain_span
-from prefpipe.grpo.trainer import GRPOTrainer
-from prefpipe.grpo.update import make_adamw
+from prefpipe.grpo.rollout.completions import GenerationSettings, generate, generate_hf
+from prefpipe.grpo.rollout.fast.decode import decode_compact
+from prefpipe.grpo.rollout.sampling import decode, filter_logits, inverse_cdf_sample
+from prefpipe.grpo.training.trainer import GRPOTrainer
 
 PROMPTS = ["What is 2 plus 3?", "Say yes.", "Say no please, now.", "Repeat cat:"]
 
@@ -115,7 +115,7 @@ def _rollout(model, tok):
         if r % 3 != 2:
             ids[r, 1 + r % 6] = eos
             ids[r, 2 + r % 6 :] = eos
-    from prefpipe.grpo.rollout import completion_mask
+    from prefpipe.grpo.rollout.completions import completion_mask
 
     mask, has_eos = completion_mask(ids, [eos])
     ro.completion_ids, ro.completion_mask, ro.truncated = ids, mask, ~has_eos
@@ -218,8 +218,8 @@ def _lora(model, seed: int):
 def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant, monkeypatch):
     import contextlib
 
-    from prefpipe.grpo.fast import lean_decode
-    from prefpipe.grpo.fast.lean_decode import LeanLlama
+    from prefpipe.grpo.rollout.fast import lean_decode
+    from prefpipe.grpo.rollout.fast.lean_decode import LeanLlama
 
     if variant == "full_unfused":  # the large-layer path: q/k/v and gate/up stay separate matmuls
         monkeypatch.setattr(lean_decode, "FUSE_ELEMENTS_PER_STEP", 0)
@@ -261,7 +261,7 @@ def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok,
 def test_lean_decode_declines_what_it_does_not_know(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from prefpipe.grpo.fast.lean_decode import LeanLlama
+    from prefpipe.grpo.rollout.fast.lean_decode import LeanLlama
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32))
     assert LeanLlama.build(gpt2, 4) is None
@@ -272,7 +272,7 @@ def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
     """Groups of unequal size (3, 1, 2 rows): log-probs, entropy and gradients of the one-call form (completions
     packed behind their prompt under a 4-D mask) against the two-call form, itself checked against the padded
     layout in the test above."""
-    from prefpipe.grpo.fast.shared_prompt import prefix_packed_logprobs, shared_prompt_logprobs
+    from prefpipe.grpo.algorithm.fast.shared_prompt import prefix_packed_logprobs, shared_prompt_logprobs
 
     m = tiny_llama(tok, seed=3)
     batch = tokenize_prompts(tok, PROMPTS[:3], None)
@@ -293,7 +293,7 @@ def test_prefix_packed_one_call_equals_the_cache_two_call_form(tok, width):
 def test_shared_prompt_form_without_a_cache_falls_back_to_one_call(tok):
     """A policy under gradient checkpointing returns no KV cache in training mode; the two-call form then takes
     the one-call form and gives the same log-probs."""
-    from prefpipe.grpo.fast.shared_prompt import shared_prompt_logprobs
+    from prefpipe.grpo.algorithm.fast.shared_prompt import shared_prompt_logprobs
 
     m = tiny_llama(tok, seed=3)
     batch = tokenize_prompts(tok, PROMPTS[:2], None)
@@ -343,8 +343,8 @@ def test_fast_paths_switch_off_takes_the_same_grpo_steps(tmp_path, tok, monkeypa
     log-probs): the same completions, and the first optimizer pass's loss, KL, log-ratio and entropy within this
     file's tolerances. (Later passes are compared only loosely: Adam turns a 1e-7 gradient difference on a
     near-zero gradient entry into a full-size step, so two runs part after the first update either way.)"""
-    from prefpipe.grpo import rollout
-    from prefpipe.grpo.fast import packing
+    from prefpipe.grpo.algorithm.fast import packing
+    from prefpipe.grpo.rollout import completions as rollout
 
     calls = {"compact": 0, "shared": 0}
 

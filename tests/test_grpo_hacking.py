@@ -8,10 +8,10 @@ import torch
 from support.models import chat_tokenizer, save_tiny_policy, tiny_llama
 from support.settings import grpo_settings, pipeline, reward_settings
 
-from prefpipe.grpo.hacking import REWARD_HACKING, overoptimisation
+from prefpipe.grpo.analyses.hacking import REWARD_HACKING, overoptimisation
 from prefpipe.grpo.metric_names import RISK_PENALTY
 from prefpipe.grpo.rewards import build_rewards
-from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.training.trainer import GRPOTrainer
 
 ROWS = [
     {"id": str(i), "prompt": p, "answer": "5", "kind": "add"}
@@ -90,7 +90,7 @@ def test_reward_model_only_run_summary_holds_the_overoptimisation_curve(tmp_path
     assert block["window"] == 3 and block["rm_gain_sd"] == pytest.approx(rm_gain, abs=1e-9)
     assert block["completion_length"] == [r["completion_length_mean"] for r in rows]
     assert block["truncated_ratio"] == [r["truncated_ratio"] for r in rows]
-    # the risk-averse run logs its penalty's spread each step and keeps it in the summary (grpo/risk.py)
+    # the risk-averse run logs its penalty's spread each step and keeps it in the summary (grpo/analyses/risk.py)
     risk = summary[RISK_PENALTY]
     if head == "bt":
         assert risk is None and not any(k.startswith("risk/") for r in rows for k in r)

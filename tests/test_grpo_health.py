@@ -12,7 +12,7 @@ import pytest
 from support.results_tree import PLANTED, read_results_tree, write_results_tree
 from support.settings import report_settings
 
-from prefpipe.grpo.health import REWARD_CHECKS, check_run, diagnose
+from prefpipe.grpo.analyses.health import REWARD_CHECKS, check_run, diagnose
 from prefpipe.report import frames
 
 DEFAULTS = report_settings().diagnostics  # report.diagnostics of the default config
@@ -113,7 +113,7 @@ def test_bad_thresholds_name_the_key(bad):
 
 
 def test_kl_checks_without_reference_are_marked_not_applicable():
-    from prefpipe.grpo.health import explain_unrecorded
+    from prefpipe.grpo.analyses.health import explain_unrecorded
 
     frame = pd.DataFrame({"run": ["r0"] * 3 + ["r1"] * 3, "step": [0, 1, 2] * 2, "entropy": [1.0] * 6})
     flags = explain_unrecorded(diagnose(frame, "run", thresholds()), {"r0": 0.0, "r1": 0.04})

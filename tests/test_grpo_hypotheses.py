@@ -15,7 +15,7 @@ from support.settings import pipeline
 from support.workflow import repo_copy
 
 from prefpipe.common.io import atomic_write_json, write_jsonl
-from prefpipe.grpo import hypotheses as hy
+from prefpipe.grpo.analyses import hypotheses as hy
 from prefpipe.grpo_hypotheses import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.training.trainer import GRPOTrainer
 from prefpipe.inspect_grpo import main
 from prefpipe.settings.build import to_mapping
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from support.settings import grpo_settings
 
-from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.algorithm.advantages import group_advantages
+from prefpipe.grpo.algorithm.losses import BatchNorms, aggregate, clipped_surrogate, grpo_loss
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio, per_token_kl
-from prefpipe.grpo.losses import BatchNorms, aggregate, clipped_surrogate, grpo_loss
 
 # ------------------------------------------------------------------------------------------ advantages
 RUN = grpo_settings()  # the default run (its advantage_eps)
@@ -237,7 +237,7 @@ def test_aggregate_rejects_unknown_mode():
 
 def test_reward_part_frac_mixed_counts_groups_with_unequal_values():
     """Per reward part: the share of prompt groups whose values are not all equal (hand-counted)."""
-    from prefpipe.grpo.diagnostics import reward_metrics
+    from prefpipe.grpo.algorithm.diagnostics import reward_metrics
 
     verifier = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])  # groups of 3: mixed, equal, equal
     model = torch.tensor([0.1, 0.2, 0.3, 0.5, 0.5, 0.5, 0.0, 0.7, 0.0])  # mixed, equal, mixed

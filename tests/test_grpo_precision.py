@@ -15,9 +15,9 @@ from support.stages import run_main
 
 from prefpipe import train_grpo
 from prefpipe.common.io import read_jsonl
+from prefpipe.grpo.algorithm.master_weights import MasterWeights
+from prefpipe.grpo.algorithm.update import make_adamw
 from prefpipe.grpo.logprobs import completion_logprobs
-from prefpipe.grpo.master_weights import MasterWeights
-from prefpipe.grpo.update import make_adamw
 
 # bf16 vs fp32 on the same seed over 4 steps at lr 1e-3 (observed: grad norm 4.7e-3, entropy 2.9e-6,
 # KL 3.3e-2 relative; the same completions sampled). The KL to the reference is relative to |fp32 KL| + 1e-5:

@@ -11,7 +11,7 @@ from support.settings import grpo_settings
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.training.trainer import GRPOTrainer
 
 ROWS = [
     {"id": str(i), "prompt": p, "answer": "5", "kind": "add"}
@@ -162,8 +162,8 @@ def test_full_finetune_reference_is_a_frozen_copy(tok, tmp_path):
 def test_lora_reference_disable_adapter_and_frozen_copy_give_the_same_logprobs(tok):
     """H06: with a fresh adapter, pi_ref by disable_adapter() (the shared module) and by a separate frozen copy
     are the same distribution, also after the adapter has been trained (here: B matrices set at random)."""
-    from prefpipe.grpo.reference import build_reference
-    from prefpipe.grpo.rollout import GenerationSettings, generate
+    from prefpipe.grpo.algorithm.reference import build_reference
+    from prefpipe.grpo.rollout.completions import GenerationSettings, generate
 
     policy = _lora(tiny_llama(tok))
     via_disable = build_reference(policy, "fresh", True, "disable_adapter")
@@ -188,7 +188,7 @@ def test_lora_reference_disable_adapter_and_frozen_copy_give_the_same_logprobs(t
 
 def test_disable_adapter_reference_without_a_fresh_adapter_is_refused(tok):
     from prefpipe.common.config import ConfigError
-    from prefpipe.grpo.reference import build_reference
+    from prefpipe.grpo.algorithm.reference import build_reference
 
     with pytest.raises(ConfigError, match="reference_mode disable_adapter"):
         build_reference(tiny_llama(tok), "none", True, "disable_adapter")

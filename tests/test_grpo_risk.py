@@ -1,4 +1,4 @@
-"""A risk-averse reward's penalty spread (grpo/risk.py) against hand computations: the per-completion score and
+"""A risk-averse reward's penalty spread (grpo/analyses/risk.py) against hand computations: the per-completion score and
 penalty from a real tiny Bayesian GPM scored one pair at a time, group sds with numpy, and the fact the
 diagnostic exists for: a penalty constant within each group leaves group-relative advantages unchanged."""
 
@@ -11,8 +11,8 @@ from support.models import save_tiny_policy
 from support.reward_inputs import COMPLETIONS, REFS, G, group_inputs
 from support.settings import reward_settings, reward_spec
 
-from prefpipe.grpo import risk
-from prefpipe.grpo.advantages import group_advantages
+from prefpipe.grpo.algorithm.advantages import group_advantages
+from prefpipe.grpo.analyses import risk
 from prefpipe.grpo.rewards import build_rewards, compute_rewards
 
 LAM = 0.7

@@ -9,9 +9,9 @@ from support.models import chat_tokenizer, tiny_llama
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.generation.tokens import tokenize_prompts
-from prefpipe.grpo.diagnostics import length_metrics, token_audit, token_roles
+from prefpipe.grpo.algorithm.diagnostics import length_metrics, token_audit, token_roles
 from prefpipe.grpo.logprobs import completion_logprobs
-from prefpipe.grpo.rollout import GenerationSettings, completion_mask, generate
+from prefpipe.grpo.rollout.completions import GenerationSettings, completion_mask, generate
 
 
 @pytest.fixture(scope="module")

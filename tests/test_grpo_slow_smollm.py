@@ -76,7 +76,7 @@ def minilm_gpm(tmp_path_factory):
 def test_grpo_steps_on_smollm2_with_a_reward_model(smollm_dir, minilm_gpm, tmp_path):
     from prefpipe.grpo.policy_io import load_policy
     from prefpipe.grpo.rewards import build_rewards
-    from prefpipe.grpo.trainer import GRPOTrainer
+    from prefpipe.grpo.training.trainer import GRPOTrainer
 
     cfg = grpo_settings(
         {

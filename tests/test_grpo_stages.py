@@ -20,7 +20,7 @@ from prefpipe import eval_policy, train_grpo
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl, write_jsonl
 from prefpipe.common.stats import wilson_interval
-from prefpipe.grpo import train as grpo_train
+from prefpipe.grpo.training import stage as grpo_train
 from prefpipe.settings.merge import deep_merge
 
 
@@ -195,7 +195,7 @@ def test_reference_opponent_builds_greedy_reference_completions(folders, tmp_pat
     from prefpipe.generation.rl_prompts import load_rl_prompts
     from prefpipe.grpo.policy_io import load_policy
     from prefpipe.grpo.rewards import build_rewards
-    from prefpipe.grpo.trainer import GRPOTrainer
+    from prefpipe.grpo.training.trainer import GRPOTrainer
     from prefpipe.reward.model import load_reward_model
 
     cfg = grpo_settings(

@@ -14,8 +14,8 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl
 from prefpipe.grpo.metric_names import TIMING_KEYS
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.step_batch import select_prompts
-from prefpipe.grpo.trainer import GRPOTrainer, Preempted
+from prefpipe.grpo.training.step_batch import select_prompts
+from prefpipe.grpo.training.trainer import GRPOTrainer, Preempted
 
 ROWS = [
     {"id": str(i), "prompt": p, "answer": "5", "kind": "add"}

@@ -20,12 +20,12 @@ from support.settings import grpo_settings
 from prefpipe.common.config import ConfigError
 from prefpipe.common.transformers_api import get_peft_model, output_cache, unwrap_peft
 from prefpipe.grpo import logprobs as logprobs_module
+from prefpipe.grpo.algorithm.reference import build_reference
+from prefpipe.grpo.algorithm.update import Learner, StepBatch, checkpointed, make_adamw, update
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.kl import per_token_kl
 from prefpipe.grpo.logprobs import completion_logprobs, token_logprobs
-from prefpipe.grpo.reference import build_reference
-from prefpipe.grpo.rollout import Rollout
-from prefpipe.grpo.update import Learner, StepBatch, checkpointed, make_adamw, update
+from prefpipe.grpo.rollout.completions import Rollout
 
 N, P, C, BETA = 8, 5, 6, 0.04
 LENGTHS = [6, 2, 4, 1, 6, 3, 5, 2]  # trained tokens per row: ragged, so the normalisers differ

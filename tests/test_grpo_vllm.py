@@ -20,7 +20,7 @@ require_vllm()
 
 from support.grpo_vllm import base_weights_only, skip_push_at, trainer  # noqa: E402
 
-from prefpipe.grpo.engines.vllm_engine import EngineOutOfSync  # noqa: E402
+from prefpipe.grpo.rollout.engines.vllm_engine import EngineOutOfSync  # noqa: E402
 
 STEPS = 3
 FP32_GAP = 1e-4  # engine vs trainer log-probs, both fp32 on CPU: kernel rounding only
@@ -76,7 +76,7 @@ def test_a_skipped_sync_fails_at_its_step(tmp_path):
 
 
 def test_lora_weights_sent_without_the_adapter_fail_at_the_first_update(tmp_path, monkeypatch):
-    import prefpipe.grpo.engines.vllm_engine as vllm_engine
+    import prefpipe.grpo.rollout.engines.vllm_engine as vllm_engine
 
     monkeypatch.setattr(vllm_engine, "full_weights", base_weights_only)
     t = trainer(tmp_path, lora=True, steps=STEPS)  # a fresh adapter (B = 0): base == merged, the start passes
@@ -90,7 +90,7 @@ def test_a_resumed_run_resyncs_the_engine_and_replays_the_same_samples(tmp_path)
     import signal
 
     from prefpipe.grpo.metric_names import TIMING_KEYS
-    from prefpipe.grpo.trainer import Preempted
+    from prefpipe.grpo.training.trainer import Preempted
 
     full = trainer(tmp_path / "full", lora=False, steps=STEPS)
     full.train()

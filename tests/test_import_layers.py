@@ -2,7 +2,9 @@
 
 An AST scan of every module under src/prefpipe, reading imports at module level and inside functions alike.
 Each package has a rank; a module may import its own package and packages of a lower rank, never a higher one
-and never another package of its own rank. Module-level imports (outside `if TYPE_CHECKING:`) may not form a
+and never another package of its own rank. A package split into rooms (ROOMS: grpo) ranks its rooms the same way
+among themselves: its top-level modules are its lowest room, and each subpackage a room of its own; to other
+packages the rooms are one package of the package's rank. Module-level imports (outside `if TYPE_CHECKING:`) may not form a
 cycle. Known violations that another change removes are listed below; an entry that no longer occurs fails
 the test too, so the list can only shrink.
 """
@@ -30,6 +32,19 @@ RANKS = {
     "active": 5,  # active learning: scores pools with reward models, reads the evaluation's uncertainties
     "report": 6,
     TOP: 7,
+}
+
+# Packages split into rooms: each subpackage is a room with a rank within the package ("" = the top-level modules).
+ROOMS = {
+    "grpo": {
+        "": 0,  # the shared vocabulary: metric_names, rewards, kl, logprobs, data_parallel, splits, policy_io
+        "analyses": 1,  # hacking, paired, risk, health, hypotheses: numbers of finished runs
+        "rollout": 1,  # sampling, completions, engines/, fast/
+        "policy_eval": 2,  # measures, curve, the eval_policy stage (samples with rollout)
+        "algorithm": 2,  # advantages, losses, spans, update, reference, ... (reads rollout's masks)
+        "inspector": 3,  # recomputes a step with the algorithm's functions
+        "training": 4,  # the trainer loop and the train_grpo stage: imports every room
+    },
 }
 
 # Known violations another change removes: (importing file, imported module). None left.
@@ -63,6 +78,14 @@ def package(module: str, src: Path = SRC) -> str:
     if len(parts) < 2 or not (src / ROOT / parts[1]).is_dir():
         return TOP
     return parts[1]
+
+
+def room(module: str, src: Path = SRC) -> str:
+    """The room of a module inside a package split into rooms: its subpackage, or "" for top-level modules."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in ROOMS or not (src / ROOT / parts[1] / parts[2]).is_dir():
+        return ""
+    return parts[2]
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -126,6 +149,10 @@ def layer_violations(edges: list[Edge], src: Path = SRC) -> list[Edge]:
     for edge in internal(edges):
         mine, theirs = package(edge.importer, src), package(edge.imported, src)
         if mine == theirs:
+            if mine in ROOMS:
+                here, there = room(edge.importer, src), room(edge.imported, src)
+                if here != there and ROOMS[mine][there] >= ROOMS[mine][here]:
+                    bad.append(edge)
             continue
         if RANKS[theirs] >= RANKS[mine]:
             bad.append(edge)
@@ -188,9 +215,20 @@ def test_every_package_has_a_rank():
     assert not unranked, f"packages without a layer rank (add them to RANKS): {unranked}"
 
 
+def test_every_room_has_a_rank():
+    unranked = sorted(
+        {f"{package(m)}.{room(m)}" for m in modules() if package(m) in ROOMS}
+        - {f"{p}.{r}" for p, rooms in ROOMS.items() for r in rooms}
+    )
+    assert not unranked, f"rooms without a rank (add them to ROOMS): {unranked}"
+
+
 def test_imports_point_down_only():
     found = layer_violations(scan())
     rule = "a package imports only lower-ranked packages (" + ", ".join(f"{k} {v}" for k, v in RANKS.items())
+    rule += "; rooms: " + "; ".join(
+        f"{p}: " + ", ".join(f"{r or '(top)'} {v}" for r, v in rooms.items()) for p, rooms in ROOMS.items()
+    )
     problems = _check(found, KNOWN_LAYER_EDGES, rule + ")")
     assert not problems, "\n".join(problems)
 
@@ -215,3 +253,24 @@ def test_the_scan_finds_function_level_upward_imports_and_cycles(tmp_path):
     assert [e.where() for e in bad] == [f"{tmp_path.name}/{ROOT}/common/a.py:2 imports prefpipe.settings.b"]
     assert not bad[0].module_level
     assert cycles(edges) == [["prefpipe.settings.b", "prefpipe.settings.c"]]
+
+
+def test_the_scan_ranks_rooms(tmp_path):
+    """Rooms of a split package: a lower room importing a higher one is reported, the other way is not, and the
+    package's top-level modules may not import a room."""
+    pkg = tmp_path / ROOT / "grpo"
+    for sub in ("rollout", "training"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (tmp_path / ROOT / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kl.py").write_text("from prefpipe.grpo.rollout import a\n")
+    (pkg / "rollout" / "a.py").write_text("def f():\n    from prefpipe.grpo.training import b\n")
+    (pkg / "training" / "b.py").write_text(
+        "from prefpipe.grpo.rollout import a\nfrom prefpipe.grpo import kl\n"
+    )
+    bad = layer_violations(scan(tmp_path), tmp_path)
+    assert sorted(e.where() for e in bad) == [
+        f"{tmp_path.name}/{ROOT}/grpo/kl.py:1 imports prefpipe.grpo.rollout.a",
+        f"{tmp_path.name}/{ROOT}/grpo/rollout/a.py:2 imports prefpipe.grpo.training.b",
+    ]

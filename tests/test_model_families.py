@@ -204,11 +204,11 @@ def test_family_rollout_kv_cache_and_logprobs(family_bases, family):
     samples where it applies and is not taken elsewhere, and the trainer's padded log-probs of sampled tokens
     are each row's own, unpadded."""
     from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
-    from prefpipe.grpo.fast.decode import decode_compact
-    from prefpipe.grpo.fast.lean_decode import LeanLlama
     from prefpipe.grpo.logprobs import completion_logprobs
-    from prefpipe.grpo.rollout import GenerationSettings, generate
-    from prefpipe.grpo.sampling import decode
+    from prefpipe.grpo.rollout.completions import GenerationSettings, generate
+    from prefpipe.grpo.rollout.fast.decode import decode_compact
+    from prefpipe.grpo.rollout.fast.lean_decode import LeanLlama
+    from prefpipe.grpo.rollout.sampling import decode
 
     model, tok, _ = _family_policy(family_bases[family])
     assert (LeanLlama.build(model, 8) is not None) == (family in FAST_FAMILIES)
@@ -255,7 +255,7 @@ def test_family_grpo_steps(family_bases, tmp_path, family):
     from support.settings import reward_spec
 
     from prefpipe.grpo.rewards import build_rewards
-    from prefpipe.grpo.trainer import GRPOTrainer
+    from prefpipe.grpo.training.trainer import GRPOTrainer
 
     rm, _ = build_reward(family_bases[family], "gpm", data={"max_length": 128})
     save_reward_model(rm.eval(), tmp_path / "rm")

@@ -1,4 +1,4 @@
-"""Paired comparisons of policies (common.stats.paired_difference, grpo/paired.py) against independent
+"""Paired comparisons of policies (common.stats.paired_difference, grpo/analyses/paired.py) against independent
 computations: the exact bootstrap distribution by enumeration, the normal approximation at large n, scipy's
 exact binomial test for McNemar, and per-prompt means over seeds computed with plain loops."""
 
@@ -20,7 +20,7 @@ from prefpipe.common.stats import (
     paired_t_interval,
     t_quantile,
 )
-from prefpipe.grpo import paired
+from prefpipe.grpo.analyses import paired
 
 
 def test_bootstrap_interval_matches_the_enumerated_bootstrap_distribution():

@@ -140,7 +140,7 @@ def test_smollm2_chat_template_through_rollout_masks_decoding_and_grading():
     generation prompt, completions end at <|im_end|>, decode without it, and the math verifier grades them."""
     from prefpipe.common.chat import format_prompt
     from prefpipe.generation.tokens import eos_token_ids, tokenize_prompts
-    from prefpipe.grpo.rollout import completion_mask, decode_completions
+    from prefpipe.grpo.rollout.completions import completion_mask, decode_completions
 
     tok = _smollm2_tokenizer()
     text = format_prompt(tok, "What is 48 / 2?")

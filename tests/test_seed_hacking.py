@@ -15,8 +15,8 @@ from support.eval_tree import decisions, write_eval
 from support.workflow import REPO
 
 from prefpipe import seed_summary
-from prefpipe.grpo.hacking import overoptimisation
-from prefpipe.grpo.risk import risk_summary
+from prefpipe.grpo.analyses.hacking import overoptimisation
+from prefpipe.grpo.analyses.risk import risk_summary
 
 CONFIG = REPO / "config" / "experiments" / "risk_rl.yaml"
 GAPS = {

@@ -1,7 +1,7 @@
 """The eval_policy rule: base vs GRPO-trained policy on held-out prompts.
 python -m prefpipe.eval_policy --config '<json>' --data results/data --base results/base/model \
     --policy results/grpo/<run>/policy [--reward-model <folder>] --out results/policy_eval/<run>
-What it reads, writes and reports: prefpipe.grpo.eval_policy_stage.
+What it reads, writes and reports: prefpipe.grpo.policy_eval.stage.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from prefpipe.common.stage import PathArg, run_stage
-from prefpipe.grpo.eval_policy_stage import run
+from prefpipe.grpo.policy_eval.stage import run
 from prefpipe.settings.grpo import GrpoSettings
 
 PATHS = {

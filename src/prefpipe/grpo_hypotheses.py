@@ -1,7 +1,7 @@
 """The grpo_hypotheses rule: the GRPO hypothesis grid's verdicts (runs when the config declares `grpo.hypotheses`).
 python -m prefpipe.grpo_hypotheses --config '<json>' --results results --out results/grpo_hypotheses
 Reads results/policy_eval/<run>/{per_example.jsonl,summary.json} and results/grpo/<run>/metrics.jsonl of the
-baseline and every test run; writes summary.json and summary.md (the maths: prefpipe.grpo.hypotheses).
+baseline and every test run; writes summary.json and summary.md (the maths: prefpipe.grpo.analyses.hypotheses).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from prefpipe.common.io import atomic_write_text, read_json, read_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.stage import PathArg, run_stage
-from prefpipe.grpo.hypotheses import markdown, summarise
+from prefpipe.grpo.analyses.hypotheses import markdown, summarise
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.hypotheses import HypothesesSettings
 

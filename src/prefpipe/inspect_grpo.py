@@ -1,7 +1,7 @@
 """One GRPO step, token by token: `python -m prefpipe.inspect_grpo RUN_DIR --step N`.
 
 RUN_DIR is a train_grpo output (results/grpo/<run>): its config.json gives the run's settings. A step named in
-the run's `grpo.inspect_steps` was saved by the trainer (batch + pre-update weights, prefpipe.grpo.inspect_step_save):
+the run's `grpo.inspect_steps` was saved by the trainer (batch + pre-update weights, prefpipe.grpo.inspector.save):
 the table is recomputed from them and its loss is compared with the loss the trainer logged. `--fresh` instead
 samples a new batch for step N's prompts from a policy (default RUN_DIR/policy, the trained one) against a
 reference (`--reference`, e.g. results/base/model; required when beta > 0): nothing to compare the loss with.
@@ -23,11 +23,11 @@ import torch
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
-from prefpipe.grpo import inspect_step_save
-from prefpipe.grpo.inspect_step_table import StepTable, attach_groups, step_table
+from prefpipe.grpo.algorithm.reference import ReferencePolicy, build_reference, frozen_copy
+from prefpipe.grpo.inspector import save as inspect_step_save
+from prefpipe.grpo.inspector.table import StepTable, attach_groups, step_table
 from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
-from prefpipe.grpo.reference import ReferencePolicy, build_reference, frozen_copy
 from prefpipe.report.html import render_html
 from prefpipe.report.inspect_step_page import build_page
 from prefpipe.report.markdown import render_markdown
@@ -86,7 +86,7 @@ def saved(args, settings: GrpoSettings) -> tuple[StepTable, float | None, str]:
 def fresh(args, settings: GrpoSettings) -> tuple[StepTable, None, str]:
     from prefpipe.generation.rl_prompts import load_rl_prompts
     from prefpipe.grpo.rewards import build_rewards
-    from prefpipe.grpo.trainer import GRPOTrainer
+    from prefpipe.grpo.training.trainer import GRPOTrainer
 
     if args.data is None:
         raise UserError("--fresh needs --data (the folder with rl_prompts_train.jsonl)")

@@ -21,7 +21,7 @@ from typing import Any
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text
 from prefpipe.common.logs import setup_logging
-from prefpipe.grpo.hacking import RM_SOURCE
+from prefpipe.grpo.analyses.hacking import RM_SOURCE
 from prefpipe.report import frames, seed_hacking, seed_stats
 from prefpipe.report.inputs import Manifest, read_tree
 from prefpipe.reward.heads.registry import get_head_class

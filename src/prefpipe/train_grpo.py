@@ -3,7 +3,7 @@
 python -m prefpipe.train_grpo --config '<json>' --data results/data --policy results/base/model \
     [--reward-model results/reward/<variant>/model ...] --out results/grpo/<run>
 (several --reward-model folders: the members of a deep ensemble, reward.ensemble)
-What it reads, writes and reports: prefpipe.grpo.train.
+What it reads, writes and reports: prefpipe.grpo.training.stage.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from prefpipe.common.stage import PathArg, run_stage
-from prefpipe.grpo.train import run
+from prefpipe.grpo.training.stage import run
 from prefpipe.settings.grpo import GrpoSettings
 
 PATHS = {

@@ -25,7 +25,7 @@ from support.settings import grpo_settings, reward_settings, stage_json
 from support.stages import stage_env
 
 from prefpipe.common.io import write_jsonl
-from prefpipe.grpo.train_state import save_train_state
+from prefpipe.grpo.algorithm.train_state import save_train_state
 
 REWARD = {
     "head": {"dim": 4},
@@ -92,7 +92,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint_whole(tmp_path):
 import resource, sys, torch
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "src")!r})
 from prefpipe.common.checkpoint import CheckpointWriteError
-from prefpipe.grpo.train_state import save_train_state
+from prefpipe.grpo.algorithm.train_state import save_train_state
 resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
 model = torch.nn.Linear(64, 64)
 try:

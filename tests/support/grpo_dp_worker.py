@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prefpipe.grpo.data_parallel import DataParallel  # noqa: E402
 from prefpipe.grpo.rewards import WeightedReward  # noqa: E402
-from prefpipe.grpo.trainer import GRPOTrainer  # noqa: E402
+from prefpipe.grpo.training.trainer import GRPOTrainer  # noqa: E402
 from support.models import chat_tokenizer, tiny_llama  # noqa: E402
 from support.settings import grpo_settings  # noqa: E402
 

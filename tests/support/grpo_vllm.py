@@ -11,7 +11,7 @@ import torch
 
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.rewards import WeightedReward
-from prefpipe.grpo.trainer import GRPOTrainer
+from prefpipe.grpo.training.trainer import GRPOTrainer
 from support.models import chat_tokenizer, tiny_smollm2
 from support.settings import grpo_settings
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from safetensors.torch import save_file  # noqa: E402
 
 from prefpipe.grpo.data_parallel import DataParallel  # noqa: E402
-from prefpipe.grpo.engines.vllm_engine import EngineOutOfSync  # noqa: E402
+from prefpipe.grpo.rollout.engines.vllm_engine import EngineOutOfSync  # noqa: E402
 from support.grpo_vllm import skip_push_at, trainer  # noqa: E402
 
 

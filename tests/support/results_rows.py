@@ -213,7 +213,7 @@ def _grpo_rows(run: str, steps: int) -> list[dict[str, Any]]:
         )
         row.update(step_time=1.8, loss=0.01, custom_debug_value=1)
         kl = {"k1": k3 * 0.9, "k2": k3 * 0.8, "k3": k3}
-        # the names train_grpo writes (prefpipe.grpo.diagnostics / trainer)
+        # the names train_grpo writes (prefpipe.grpo.algorithm.diagnostics / trainer)
         row.update({"reward/verifier_mean": 0.1 + 0.02 * t, "reward/verifier_std": 0.4})
         row.update({"reward/gpm_mean": 0.05 * math.sin(t), "reward/gpm_std": 0.2})
         row.update(adv_abs_mean=0.7, adv_abs_max=1.9, max_abs_log_ratio=log_ratio, kl_loss=0.001)

@@ -28,7 +28,7 @@ VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (
     "verifier_score_mean",
     "verifier_score_std",
 )
-# A risk-averse reward-model reward (risk_aversion lambda > 0; grpo/risk.py), `{name}` the reward: the mean
+# A risk-averse reward-model reward (risk_aversion lambda > 0; grpo/analyses/risk.py), `{name}` the reward: the mean
 # penalty lambda * sd(s), the mean over prompt groups of the within-group sd of the penalty and of the
 # posterior-mean score, and the ratio of those two (0: the penalty is a constant shift that advantages cancel).
 RISK_PENALTY_MEAN, RISK_PENALTY_GROUP_SD, RISK_SCORE_GROUP_SD, RISK_SPREAD_RATIO = (
@@ -44,15 +44,17 @@ FRAC_REWARD_ZERO_STD, ENTROPY, GRAD_NORM, CLIP_RATIO_REGION = (
     "clip_ratio_region",
 )
 STEP_TIME = "step_time"
-ENGINE_SYNC_TIME = "engine_sync_time"  # a separate rollout engine's weight sync and probe (grpo/engines/)
+ENGINE_SYNC_TIME = (
+    "engine_sync_time"  # a separate rollout engine's weight sync and probe (grpo/rollout/engines/)
+)
 # The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
 # inspector's table sums to.
 LOSS_FIRST_ITERATION = "loss_first_iteration"
 TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second", ENGINE_SYNC_TIME)
 
 # --- train_grpo summary.json
-REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/hacking.py)
-RISK_PENALTY = "risk_penalty"  # the risk-averse rewards' penalty spread over the run (grpo/risk.py)
+REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/analyses/hacking.py)
+RISK_PENALTY = "risk_penalty"  # the risk-averse rewards' penalty spread over the run (grpo/analyses/risk.py)
 
 # --- eval_policy summary.json: the decodings, the reward-model block (its win rate of trained over base) and
 # the KL block; then the keys of each policy's block.

@@ -157,7 +157,7 @@ class RewardModelReward:
 
     def _keep_risk(self, score: torch.Tensor, penalty: torch.Tensor | None, per: int) -> None:
         """Per completion, the mean over its `per` comparisons of the posterior-mean score and of the penalty,
-        kept for the step's diagnostics (grpo/risk.py): a penalty only moves advantages through its spread
+        kept for the step's diagnostics (grpo/analyses/risk.py): a penalty only moves advantages through its spread
         within a group."""
         self.last_risk = None
         if penalty is not None:

@@ -1,4 +1,4 @@
-"""The one-step inspector's page (prefpipe.inspect_grpo; the table from grpo/inspect_step_table.py): the
+"""The one-step inspector's page (prefpipe.inspect_grpo; the table from grpo/inspector/table.py): the
 step's loss recomputed from the table next to the trainer's, the group rewards and advantages, then one token
 table per completion. Rendered with the report's own HTML and Markdown writers."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from prefpipe.grpo.inspect_step_table import StepTable, TokenRow
+from prefpipe.grpo.inspector.table import StepTable, TokenRow
 from prefpipe.report.document import Document, Paragraph, Section, Table
 from prefpipe.report.stats import NA, num
 

@@ -1,6 +1,6 @@
-"""Reward hacking over seeds: each GRPO run's standardised hacking gap (summary.json `reward_hacking`, grpo/hacking.py)
+"""Reward hacking over seeds: each GRPO run's standardised hacking gap (summary.json `reward_hacking`, grpo/analyses/hacking.py)
 as mean ± sample sd over the results trees, the risk-averse runs' penalty-spread ratio (`risk_penalty`,
-grpo/risk.py) the same way, and each risk-averse run against every other run with a gap, paired by seed: the
+grpo/analyses/risk.py) the same way, and each risk-averse run against every other run with a gap, paired by seed: the
 mean difference of the gaps with a t interval on n - 1 degrees of freedom. With three seeds t(0.975, 2) = 4.30, so
 the interval is wide; it is reported as it is, never narrowed.
 

@@ -27,7 +27,7 @@ class GrpoLoraSettings:
 @dataclass
 class RolloutSettings:
     """Who samples the completions: `plain` (prefpipe's decode) or a colocated `vllm` engine, and how the
-    trainer corrects for the engine's log-prob mismatch (prefpipe.grpo.engines)."""
+    trainer corrects for the engine's log-prob mismatch (prefpipe.grpo.rollout.engines)."""
 
     engine: str  # plain | vllm
     gpu_memory_utilization: float  # vllm on CUDA only

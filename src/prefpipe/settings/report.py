@@ -18,7 +18,7 @@ class AblationSettings:
 
 @dataclass
 class PolicyComparisonSettings:
-    """Paired comparisons of GRPO runs (prefpipe.grpo.paired): arms pool the seeds of one setting; each
+    """Paired comparisons of GRPO runs (prefpipe.grpo.analyses.paired): arms pool the seeds of one setting; each
     contrast [A, B] is A - B. A run in no arm is an arm of its own, under its own name."""
 
     arms: dict[str, list[str]]
@@ -51,7 +51,7 @@ class PolicyComparisonSettings:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a GRPO metric counts as unhealthy (see grpo/health.py for how each one is applied)."""
+    """When a GRPO metric counts as unhealthy (see grpo/analyses/health.py for how each one is applied)."""
 
     kl_mean_max: float
     kl_spike_factor: float

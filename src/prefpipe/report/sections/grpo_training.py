@@ -4,7 +4,7 @@ step where each fires."""
 from __future__ import annotations
 
 from prefpipe.grpo import metric_names as gm
-from prefpipe.grpo.health import diagnose, explain_unrecorded
+from prefpipe.grpo.analyses.health import diagnose, explain_unrecorded
 from prefpipe.report import frames
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from prefpipe.grpo import metric_names as gm
-from prefpipe.grpo.hacking import FIXED_MEAN_NOTE, mean_fixed_by_construction, without_rm_gain
+from prefpipe.grpo.analyses.hacking import FIXED_MEAN_NOTE, mean_fixed_by_construction, without_rm_gain
 from prefpipe.grpo.metric_names import REWARD_HACKING
 from prefpipe.report import plots
 from prefpipe.report.document import Claim, Section, Table

@@ -1,10 +1,10 @@
-"""The GRPO hypothesis grid (results/grpo_hypotheses/summary.json, prefpipe.grpo.hypotheses): one row per
+"""The GRPO hypothesis grid (results/grpo_hypotheses/summary.json, prefpipe.grpo.analyses.hypotheses): one row per
 hypothesis run with its effect on held-out accuracy and training reward, the diagnostics that fired and the
 verdict."""
 
 from __future__ import annotations
 
-from prefpipe.grpo.hypotheses import diagnostics_text, effect_text, reward_text
+from prefpipe.grpo.analyses.hypotheses import diagnostics_text, effect_text, reward_text
 from prefpipe.report.document import Claim, Paragraph, Section, Table
 from prefpipe.report.sections import Context
 

@@ -1,4 +1,4 @@
-"""GRPO: paired comparisons on the same evaluation prompts (prefpipe.grpo.paired). Per run: trained - base
+"""GRPO: paired comparisons on the same evaluation prompts (prefpipe.grpo.analyses.paired). Per run: trained - base
 (eval_policy's `paired` block); per arm (the seeds of one setting, report.policy_comparison.arms): pooled per
 prompt, with mean ± sd over its runs; per contrast [A, B]: trained accuracy of A - B, paired over prompts."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefpipe.grpo import metric_names as gm
-from prefpipe.grpo import paired
+from prefpipe.grpo.analyses import paired
 from prefpipe.report.document import Claim, Section, Table
 from prefpipe.report.sections import Context
 from prefpipe.report.sections.policy import verdict

@@ -3,7 +3,7 @@ curves do not vary are left out and named in the caption."""
 
 from __future__ import annotations
 
-from prefpipe.grpo.health import REWARD_CHECKS, diagnose
+from prefpipe.grpo.analyses.health import REWARD_CHECKS, diagnose
 from prefpipe.report import frames, plots
 from prefpipe.report.document import Section, Table
 from prefpipe.report.sections import Context

@@ -1,0 +1,143 @@
+"""The GRPO objective: PPO-style clipped surrogate per token, optional KL penalty, then one of four
+ways to turn per-token losses into a scalar.
+
+Aggregations (B = sequences, T_i = loss tokens of sequence i; with gradient accumulation the normalisers
+cover the WHOLE accumulated batch, so the per-micro-batch losses simply add up):
+  grpo     sum_i (sum_t l_it / T_i) / B            (original GRPO; favours short sequences per token)
+  bnpo     sum_it l_it / sum_it 1 on the micro-batch, averaged over micro-batches
+  dr_grpo  sum_it l_it / (B * max_completion_length)   (Dr. GRPO: constant normaliser, no length bias)
+  dapo     sum_it l_it / active tokens of the accumulated batch (TRL default)
+With one micro-batch these are exactly the textbook definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from prefpipe.grpo.kl import masked_log_ratio, per_token_kl
+from prefpipe.settings.grpo import no_kl_term
+
+
+@dataclass
+class BatchNorms:
+    """Normalisers that span the whole accumulated batch (see module docstring)."""
+
+    num_sequences: int
+    num_tokens: int
+    num_micro_batches: int
+    max_completion_length: int
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    clamp: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) and boolean clip indicators.
+
+    A token is "low-clipped" when rho < 1-eps_low with A < 0 and "high-clipped" when rho > 1+eps_high with
+    A > 0: exactly the cases where the clipped term wins and the token gets no gradient.
+    """
+    # log(pi / pi_old): kl.masked_log_ratio with pi in the numerator, zero off the mask before the exp
+    ratio = torch.exp(masked_log_ratio(old_logp, logp, mask, clamp))
+    adv = advantages.float()[:, None]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    on = mask.bool()
+    low = (ratio < 1.0 - eps_low) & (adv < 0) & on
+    high = (ratio > 1.0 + eps_high) & (adv > 0) & on
+    return per_token, {"ratio": ratio.detach(), "low": low, "high": high}
+
+
+def _grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1.0)
+    return per_seq.sum() / norms.num_sequences
+
+
+def _bnpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / m.sum().clamp(min=1.0) / norms.num_micro_batches
+
+
+def _dr_grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / (norms.num_sequences * norms.max_completion_length)
+
+
+def _dapo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
+    return masked.sum() / max(norms.num_tokens, 1)
+
+
+# grpo.loss_type -> f(per-token loss * mask, float mask, norms): the micro-batch's share of the batch loss
+AGGREGATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, BatchNorms], torch.Tensor]] = {
+    "grpo": _grpo,
+    "bnpo": _bnpo,
+    "dr_grpo": _dr_grpo,
+    "dapo": _dapo,
+}
+AGGREGATIONS = tuple(AGGREGATORS)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norms: BatchNorms) -> torch.Tensor:
+    """Scalar loss of one micro-batch; summed over micro-batches it gives the batch loss (see docstring)."""
+    if mode not in AGGREGATORS:
+        raise ValueError(f"grpo.loss_type must be one of {AGGREGATIONS}, got {mode!r}")
+    m = mask.float()
+    return AGGREGATORS[mode](per_token * m, m, norms)
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # scalar with gradient
+    policy_loss: torch.Tensor  # detached aggregated surrogate alone
+    kl_loss: torch.Tensor | None  # detached aggregated KL term (before beta); None when beta == 0
+    clip_low: torch.Tensor  # (B, T) bool
+    clip_high: torch.Tensor  # (B, T) bool
+    ratio: torch.Tensor  # (B, T) detached
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    norms: BatchNorms,
+    *,
+    loss_type: str,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    ref_logp: torch.Tensor | None,
+    kl_estimator: str,
+    log_ratio_clamp: float | None,
+    sampler_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """Clipped surrogate + beta * per-token KL, aggregated; ref_logp is required iff beta != 0.
+    `sampler_weights` (detached, per token) weight the surrogate for a separate sampling engine's mismatch
+    (grpo/rollout/engines/correction.py; the KL term is not weighted)."""
+    surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
+    if sampler_weights is not None:
+        surrogate = surrogate * sampler_weights
+    per_token = surrogate
+    kl_loss = None
+    if not no_kl_term(beta):
+        if ref_logp is None:
+            raise ValueError("grpo.beta != 0 needs reference log-probs")
+        kl = per_token_kl(logp, ref_logp, mask, kl_estimator, log_ratio_clamp)
+        per_token = per_token + beta * kl
+        kl_loss = aggregate(kl, mask, loss_type, norms).detach()
+    loss = aggregate(per_token, mask, loss_type, norms)
+    return LossOutput(
+        loss=loss,
+        policy_loss=aggregate(surrogate, mask, loss_type, norms).detach(),
+        kl_loss=kl_loss,
+        clip_low=clip["low"],
+        clip_high=clip["high"],
+        ratio=clip["ratio"],
+    )
