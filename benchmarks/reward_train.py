@@ -42,14 +42,15 @@ SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, nu
 SIDES = ("prefpipe_bt", "prefpipe_gpm", "trl")
 
 
-def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
-    """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent)."""
+def prepare(size: str, n_pairs: int, max_length: int, folder: Path, text_rows: int = 2000) -> dict:
+    """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent); the
+    tiny base's tokenizer is trained on the first `text_rows` rows."""
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
     base = folder / f"base_{size}"
     if size == "tiny":
         from support.models import save_scratch_base
 
-        texts = [r[k] for r in rows[:2000] for k in ("prompt", "chosen", "rejected")]
+        texts = [r[k] for r in rows[:text_rows] for k in ("prompt", "chosen", "rejected")]
         save_scratch_base(base, texts, vocab_size=512)
     else:
         save_smollm2(base)
@@ -65,7 +66,7 @@ def fitting_pairs(rows: list[dict], base: Path, max_length: int, n_pairs: int, o
 
     from prefpipe.reward.collate import PairEncoder
 
-    enc = PairEncoder(AutoTokenizer.from_pretrained(base), max_length, "right")
+    enc = PairEncoder(AutoTokenizer.from_pretrained(base), max_length, "right", default_keep_response())
     keep = []
     for r in rows:
         if not r["chosen"].strip() or not r["rejected"].strip() or r["chosen"] == r["rejected"]:
@@ -77,6 +78,14 @@ def fitting_pairs(rows: list[dict], base: Path, max_length: int, n_pairs: int, o
             break
     out.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
     return keep
+
+
+def default_keep_response() -> str:
+    """data.keep_response as config/config.yaml sets it (what prefpipe's side tokenises with); no pair used
+    here is cut, so it only has to be a valid value both sides share."""
+    from support.settings import reward_settings
+
+    return reward_settings({}, variant="bt").data.keep_response
 
 
 def save_smollm2(folder: Path) -> None:
@@ -201,7 +210,8 @@ def worker_trl(case: dict) -> dict:
     bf16 = precision == "bf16" or (precision == "auto" and device != "cpu")  # as prefpipe's auto
     tok = AutoTokenizer.from_pretrained(case["base"])
     pairs, _ = read_pairs(case["pairs"])
-    enc = PairEncoder(tok, case["max_length"], "right")  # the very token ids prefpipe trains on
+    # the very token ids prefpipe trains on
+    enc = PairEncoder(tok, case["max_length"], "right", default_keep_response())
     ds = Dataset.from_dict(
         {
             "chosen_ids": [enc.tokenize(p.prompt, p.chosen).input_ids for p in pairs],
@@ -242,9 +252,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--quick", action="store_true", help="one round, fewer steps (a smoke run)")
+    ap.add_argument("--smoke", action="store_true", help="one round of 2 timed steps of 4 pairs (CI: seconds)")
     ap.add_argument("--only", choices=["tiny", "smollm2"], action="append")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    a.quick = a.quick or a.smoke
     if a.worker:
         worker(json.loads(a.worker))
         return
@@ -254,7 +266,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="prefpipe-bench-rt-"))
     if "tiny" in only:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
-        cases.append({**case, **prepare("tiny", 512, case["max_length"], work)})
+        if a.smoke:
+            case.update(batch=4, steps=2)
+        cases.append({**case, **prepare("tiny", 16 if a.smoke else 512, case["max_length"], work, 200 if a.smoke else 2000)})
     if "smollm2" in only:
         case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
