@@ -110,7 +110,6 @@ class TrainSettings:
     share_prompt: bool  # chosen and rejected behind one copy of their prompt where the model allows it
     packing: bool  # rows end to end without padding (reward/fast/packed.py) where the model allows it
     packing_row_tokens: int  # at most this many tokens per packed row (0: one row per micro-batch)
-    metrics_every: int  # steps whose metrics stay on the device before one host read logs them all
     learning_rate: float
     head_learning_rate: float | None  # None = learning_rate
     weight_decay: float
