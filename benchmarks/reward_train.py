@@ -166,7 +166,8 @@ def worker_prefpipe(case: dict, head: str) -> dict:
             # likelihood_features off: its frozen second backbone pass is work TRL does not do
             "backbone": {"pooling": "last", "embedding_features": False, "likelihood_features": False,
                          "precision": case.get("precision", "auto"),
-                         "gradient_checkpointing": case.get("gradient_checkpointing", False)},
+                         "gradient_checkpointing": case.get("gradient_checkpointing", False),
+                         **case.get("backbone", {})},
             "lora": {"enabled": bool(case.get("lora", False))},
             "data": {"max_length": case["max_length"]},
             "train": {
@@ -175,6 +176,7 @@ def worker_prefpipe(case: dict, head: str) -> dict:
                 "learning_rate": case["lr"], "head_learning_rate": None, "weight_decay": 0.0,
                 "warmup_steps": 0, "lr_schedule": "constant", "max_grad_norm": 1.0, "checkpoint_every": 0,
                 "resume": "never", "head_fit": {"before_steps": 0, "after_steps": 0},
+                **case.get("train", {}),  # the levers under measurement (e.g. packing: true)
             },
         },
         variant=head,
@@ -219,7 +221,8 @@ def worker_trl(case: dict) -> dict:
         }
     )
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1, dtype=torch.float32)
+    dtype = getattr(torch, case.get("trl_dtype", "float32"))  # bfloat16: TRL with bf16 weights
+    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1, dtype=dtype)
     model.config.pad_token_id = tok.pad_token_id
     counter = TokenCounter(model.base_model)
     args = RewardConfig(
@@ -228,7 +231,7 @@ def worker_trl(case: dict) -> dict:
         max_grad_norm=1.0, max_steps=case["steps"] + 1, max_length=case["max_length"], logging_steps=10_000,
         gradient_checkpointing=False,  # TRL's RewardConfig defaults to True (a second forward in backward)
         save_strategy="no", report_to=[], use_cpu=device == "cpu", disable_dropout=True, seed=0,
-        dataloader_num_workers=0, bf16=bf16, fp16=False,
+        dataloader_num_workers=0, bf16=bf16, fp16=False, **case.get("trl_args", {}),
     )  # fmt: skip
     marks: list[float] = []
 
@@ -255,6 +258,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="one round of 2 timed steps of 4 pairs (CI: seconds)")
     ap.add_argument("--only", choices=["tiny", "smollm2"], action="append")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train", default="{}", help="JSON of train.* overrides for prefpipe's side, e.g. "
+                    '\'{"packing": true, "packing_row_tokens": 512}\'')  # fmt: skip
     a = ap.parse_args()
     a.quick = a.quick or a.smoke
     if a.worker:
@@ -268,9 +273,11 @@ def main() -> None:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
         if a.smoke:
             case.update(batch=4, steps=2)
+        case["train"] = json.loads(a.train)
         cases.append({**case, **prepare("tiny", 16 if a.smoke else 512, case["max_length"], work, 200 if a.smoke else 2000)})
     if "smollm2" in only:
         case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
+        case["train"] = json.loads(a.train)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
     rows = []
     peer = "TRL 1.16 RewardTrainer (BT)"
@@ -289,7 +296,8 @@ def main() -> None:
     print(common.table(rows, "pairs/s", peer))
     path = common.write(
         "reward_train"
-        + ("" if only == ["tiny"] else "_" + "_".join(sorted(only))),  # default: reward_train.json
+        + ("" if only == ["tiny"] else "_" + "_".join(sorted(only)))  # default: reward_train.json
+        + ("" if a.train == "{}" else "_levers"),
         {"rows": rows, "unit": "training pairs per CPU second (median step)"},
     )
     print(f"written {path}")
