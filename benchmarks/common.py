@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "benchmarks"
+# PREFPIPE_BENCH_OUT: another folder for the JSON (tests/test_benchmarks_smoke.py writes to a temporary one)
+OUT = Path(os.environ.get("PREFPIPE_BENCH_OUT") or ROOT / "results" / "benchmarks")
 
 
 def child_env(gpu: bool = False) -> dict[str, str]:

@@ -174,7 +174,7 @@ def worker(case: dict) -> None:
         side = case["side"]
         out = (
             reward_train.worker_trl(case)
-            if side == "trl"
+            if side.startswith("trl")  # trl, or a variant of its settings (device_check.py)
             else reward_train.worker_prefpipe(case, side.split("_")[1])
         )
     else:
@@ -356,9 +356,11 @@ def grpo_rows(results: dict) -> list[dict]:
     return rows
 
 
-def reward_rows(results: dict, n_matmul: int, n_all: int, peak: float, batch: int) -> list[dict]:
+def reward_rows(
+    results: dict, n_matmul: int, n_all: int, peak: float, batch: int, sides: tuple = REWARD_SIDES
+) -> list[dict]:
     rows = []
-    for side in REWARD_SIDES:
+    for side in sides:
         got = results.get(side, [])
         ok = [g for g in got if g.get("times")]
         row: dict = {

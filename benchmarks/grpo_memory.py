@@ -179,14 +179,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--only", default="vocab,micro,layers,standin")
+    ap.add_argument("--smoke", action="store_true", help="one tiny case, 4k vocabulary, 4 sequences (CI)")
     ap.add_argument("--out", type=Path, default=common.OUT / "grpo_memory.json")
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))))
         return
     groups = set(a.only.split(","))
+    chosen = [c for c in cases() if c["group"] in groups]
+    if a.smoke:
+        chosen = [_case("smoke", "vocab", vocab=4096, prompts=2, G=2, prompt_len=8, tokens=4, micro=4)]
     rows = []
-    for case in (c for c in cases() if c["group"] in groups):
+    for case in chosen:
         try:
             res = _run(case)
         except RuntimeError as exc:  # one case out of memory or failing: the others still run

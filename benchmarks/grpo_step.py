@@ -258,12 +258,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and steps (a smoke run)")
+    ap.add_argument("--smoke", action="store_true", help="one tiny case, 2 prompts x G 2, 4 tokens (CI)")
     ap.add_argument("--only", choices=["tiny", "smollm2", "scaling"], action="append")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     if a.worker:
         worker(json.loads(a.worker))
         return
+    a.quick = a.quick or a.smoke
     only = set(a.only or ["tiny", "smollm2", "scaling"])
     rounds = 1 if a.quick else a.rounds
     steps = 2 if a.quick else 3
@@ -328,6 +330,9 @@ def main() -> None:
                     steps=steps,
                 )
             )
+    if a.smoke:
+        only = {"smoke"}
+        cases = [dict(group="step", size="tiny", prompts=2, G=2, tokens=4, beta=0.04, lora=False, steps=2)]
     rows = []
     for case in cases:
         vals = common.interleaved(__file__, case, ("prefpipe", "trl"), rounds)

@@ -42,14 +42,15 @@ SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, nu
 SIDES = ("prefpipe_bt", "prefpipe_gpm", "trl")
 
 
-def prepare(size: str, n_pairs: int, max_length: int, folder: Path) -> dict:
-    """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent)."""
+def prepare(size: str, n_pairs: int, max_length: int, folder: Path, text_rows: int = 2000) -> dict:
+    """Base model folder and a JSONL of pairs whose chosen and rejected both fit max_length (in parent); the
+    tiny base's tokenizer is trained on the first `text_rows` rows."""
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
     base = folder / f"base_{size}"
     if size == "tiny":
         from support.models import save_scratch_base
 
-        texts = [r[k] for r in rows[:2000] for k in ("prompt", "chosen", "rejected")]
+        texts = [r[k] for r in rows[:text_rows] for k in ("prompt", "chosen", "rejected")]
         save_scratch_base(base, texts, vocab_size=512)
     else:
         save_smollm2(base)
@@ -65,7 +66,7 @@ def fitting_pairs(rows: list[dict], base: Path, max_length: int, n_pairs: int, o
 
     from prefpipe.reward.collate import PairEncoder
 
-    enc = PairEncoder(AutoTokenizer.from_pretrained(base), max_length, "right")
+    enc = PairEncoder(AutoTokenizer.from_pretrained(base), max_length, "right", default_keep_response())
     keep = []
     for r in rows:
         if not r["chosen"].strip() or not r["rejected"].strip() or r["chosen"] == r["rejected"]:
@@ -77,6 +78,14 @@ def fitting_pairs(rows: list[dict], base: Path, max_length: int, n_pairs: int, o
             break
     out.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
     return keep
+
+
+def default_keep_response() -> str:
+    """data.keep_response as config/config.yaml sets it (what prefpipe's side tokenises with); no pair used
+    here is cut, so it only has to be a valid value both sides share."""
+    from support.settings import reward_settings
+
+    return reward_settings({}, variant="bt").data.keep_response
 
 
 def save_smollm2(folder: Path) -> None:
@@ -157,7 +166,8 @@ def worker_prefpipe(case: dict, head: str) -> dict:
             # likelihood_features off: its frozen second backbone pass is work TRL does not do
             "backbone": {"pooling": "last", "embedding_features": False, "likelihood_features": False,
                          "precision": case.get("precision", "auto"),
-                         "gradient_checkpointing": case.get("gradient_checkpointing", False)},
+                         "gradient_checkpointing": case.get("gradient_checkpointing", False),
+                         **case.get("backbone", {})},
             "lora": {"enabled": bool(case.get("lora", False))},
             "data": {"max_length": case["max_length"]},
             "train": {
@@ -166,6 +176,7 @@ def worker_prefpipe(case: dict, head: str) -> dict:
                 "learning_rate": case["lr"], "head_learning_rate": None, "weight_decay": 0.0,
                 "warmup_steps": 0, "lr_schedule": "constant", "max_grad_norm": 1.0, "checkpoint_every": 0,
                 "resume": "never", "head_fit": {"before_steps": 0, "after_steps": 0},
+                **case.get("train", {}),  # the levers under measurement (e.g. packing: true)
             },
         },
         variant=head,
@@ -201,7 +212,8 @@ def worker_trl(case: dict) -> dict:
     bf16 = precision == "bf16" or (precision == "auto" and device != "cpu")  # as prefpipe's auto
     tok = AutoTokenizer.from_pretrained(case["base"])
     pairs, _ = read_pairs(case["pairs"])
-    enc = PairEncoder(tok, case["max_length"], "right")  # the very token ids prefpipe trains on
+    # the very token ids prefpipe trains on
+    enc = PairEncoder(tok, case["max_length"], "right", default_keep_response())
     ds = Dataset.from_dict(
         {
             "chosen_ids": [enc.tokenize(p.prompt, p.chosen).input_ids for p in pairs],
@@ -209,7 +221,8 @@ def worker_trl(case: dict) -> dict:
         }
     )
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1, dtype=torch.float32)
+    dtype = getattr(torch, case.get("trl_dtype", "float32"))  # bfloat16: TRL with bf16 weights
+    model = LlamaForSequenceClassification.from_pretrained(case["base"], num_labels=1, dtype=dtype)
     model.config.pad_token_id = tok.pad_token_id
     counter = TokenCounter(model.base_model)
     args = RewardConfig(
@@ -218,7 +231,7 @@ def worker_trl(case: dict) -> dict:
         max_grad_norm=1.0, max_steps=case["steps"] + 1, max_length=case["max_length"], logging_steps=10_000,
         gradient_checkpointing=False,  # TRL's RewardConfig defaults to True (a second forward in backward)
         save_strategy="no", report_to=[], use_cpu=device == "cpu", disable_dropout=True, seed=0,
-        dataloader_num_workers=0, bf16=bf16, fp16=False,
+        dataloader_num_workers=0, bf16=bf16, fp16=False, **case.get("trl_args", {}),
     )  # fmt: skip
     marks: list[float] = []
 
@@ -242,9 +255,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--quick", action="store_true", help="one round, fewer steps (a smoke run)")
+    ap.add_argument("--smoke", action="store_true", help="one round of 2 timed steps of 4 pairs (CI: seconds)")
     ap.add_argument("--only", choices=["tiny", "smollm2"], action="append")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train", default="{}", help="JSON of train.* overrides for prefpipe's side, e.g. "
+                    '\'{"packing": true, "packing_row_tokens": 512}\'')  # fmt: skip
     a = ap.parse_args()
+    a.quick = a.quick or a.smoke
     if a.worker:
         worker(json.loads(a.worker))
         return
@@ -254,9 +271,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="prefpipe-bench-rt-"))
     if "tiny" in only:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
-        cases.append({**case, **prepare("tiny", 512, case["max_length"], work)})
+        if a.smoke:
+            case.update(batch=4, steps=2)
+        case["train"] = json.loads(a.train)
+        cases.append({**case, **prepare("tiny", 16 if a.smoke else 512, case["max_length"], work, 200 if a.smoke else 2000)})
     if "smollm2" in only:
         case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
+        case["train"] = json.loads(a.train)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
     rows = []
     peer = "TRL 1.16 RewardTrainer (BT)"
@@ -275,7 +296,8 @@ def main() -> None:
     print(common.table(rows, "pairs/s", peer))
     path = common.write(
         "reward_train"
-        + ("" if only == ["tiny"] else "_" + "_".join(sorted(only))),  # default: reward_train.json
+        + ("" if only == ["tiny"] else "_" + "_".join(sorted(only)))  # default: reward_train.json
+        + ("" if a.train == "{}" else "_levers"),
         {"rows": rows, "unit": "training pairs per CPU second (median step)"},
     )
     print(f"written {path}")

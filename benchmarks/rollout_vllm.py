@@ -45,6 +45,9 @@ def main() -> None:
     # vLLM's CPU worker drops torch to 1 thread for serving; the plain engine gets the same (a stage's default)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
+        "--engines", default="plain,vllm", help="plain,vllm (default) or plain alone (CI smoke without vLLM)"
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="also write the JSON here (vLLM logs to stdout)"
     )
     args = parser.parse_args()
@@ -65,10 +68,14 @@ def main() -> None:
     prompts = [f"Question {i}: say something about the number {i}." for i in range(args.prompts)]
     load_before = os.getloadavg()
     out = {
-        "shape": {k: v for k, v in vars(args).items() if k != "out"},
+        "shape": {k: v for k, v in vars(args).items() if k not in ("out", "engines")},
+        "engines": args.engines,
         "torch_threads": torch.get_num_threads(),
     }
-    for name in ("plain", "vllm"):
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not set(engines) <= {"plain", "vllm"} or "plain" not in engines:
+        parser.error(f"--engines: plain or plain,vllm, got {args.engines!r}")
+    for name in engines:
         settings = grpo_settings(
             {
                 "num_generations": args.generations,
@@ -81,9 +88,10 @@ def main() -> None:
             engine = build_engine(settings, policy, tok, Path(tmp))
             out[name] = _timed(engine, policy, tok, prompts, uniforms, args.repeats)
             engine.close()
-    out["vllm_over_plain"] = (
-        out["vllm"]["tokens_per_second_median"] / out["plain"]["tokens_per_second_median"]
-    )
+    if "vllm" in out:
+        out["vllm_over_plain"] = (
+            out["vllm"]["tokens_per_second_median"] / out["plain"]["tokens_per_second_median"]
+        )
     out["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
     out["cpu_count"] = os.cpu_count()
     text = json.dumps(out, indent=1)

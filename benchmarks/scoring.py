@@ -197,6 +197,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--quick", action="store_true", help="one round, fewer rows (a smoke run)")
+    ap.add_argument("--smoke", action="store_true", help="one round, 16 synthetic rows, one pass (CI)")
     ap.add_argument("--only", choices=sorted(DATASETS), action="append")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--units", type=int, default=3, help="timed passes per child (after one warm-up)")
@@ -204,6 +205,7 @@ def main() -> None:
     if a.worker:
         worker(json.loads(a.worker))
         return
+    a.quick = a.quick or a.smoke
     rounds = 1 if a.quick else a.rounds
     cases = []
     synthetic_pairs()
@@ -212,7 +214,7 @@ def main() -> None:
         for max_length in lengths[dataset]:
             case = dict(
                 dataset=dataset,
-                rows=200 if a.quick else None,
+                rows=16 if a.smoke else 200 if a.quick else None,
                 max_length=max_length,
                 batch_size=16,
                 units=1 if a.quick else a.units,

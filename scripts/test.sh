@@ -27,6 +27,12 @@ bash scripts/model_packages.sh python
 python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["reference"])' |
     xargs -r python -m pip install --quiet --no-deps
 
+# The `bench` extra (TRL, the peer the benchmarks time): tests/test_benchmarks_smoke.py runs both sides of every
+# benchmark script as a CPU smoke (under CI=true a missing peer fails it). trl 1.16 fits the transformers pin and
+# brings no packages the environment lacks.
+python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"])' |
+    xargs -r python -m pip install --quiet
+
 # System packages are never installed here. The tests that need them (tests/test_report_chromium.py: headless
 # Chromium; tests/test_slurm_cluster.py: a local SLURM with munge, as root) skip naming why when they are missing;
 # `sudo bash scripts/ci_system_deps.sh` installs them once (CI runs it in .ci/run before this script).

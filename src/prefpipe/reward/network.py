@@ -24,6 +24,7 @@ from prefpipe.reward import likelihood
 from prefpipe.reward.batching import Batch, plan_batches
 from prefpipe.reward.collate import PairEncoder, TokenizedRow
 from prefpipe.reward.fast.lean_encode import final_states_at, lean_core
+from prefpipe.reward.fast.packed import packed_features
 from prefpipe.reward.fast.selected_last_layer import causal_allowed, last_layer, selected_last_layer
 from prefpipe.reward.heads.base import RewardHead
 from prefpipe.reward.pooling import (
@@ -67,11 +68,10 @@ class RewardModel(nn.Module):
         # Other heads (same spec) that encode_dataset also applies to each batch's backbone features; their
         # encodings come back as "<name>/<key>". Evaluation sets it (e.g. the head as fine-tuned).
         self.extra_heads: dict[str, RewardHead] = {}
-        # set_fast_paths sets these; the equivalence tests also flip one at a time.
-        # Scoring batches of distinct rows, length-bucketed, mask-free when of equal length (else consecutive
-        # rows, each padded batch with its mask).
+        # set_fast_paths sets these (the equivalence tests flip one at a time). Scoring batches of distinct
+        # rows, length-bucketed, mask-free when of equal length (else consecutive rows padded, with a mask).
         self.fast_paths = True
-        # Whether features() runs the last decoder layer at the read positions only (same scores, less work).
+        # features() runs the last decoder layer at the read positions only (same scores, less work).
         self.selected_last_layer = last_layer(backbone) is not None
         # Whether encode_dataset (scoring, no gradient) runs Llama backbones through lean_encode's fused
         # forward (same scores to float tolerance, faster on small models; False: transformers' forward).
@@ -239,11 +239,13 @@ class RewardModel(nn.Module):
         inverse: torch.Tensor | None = None,
         shared: list[dict[str, torch.Tensor]] | None = None,
         likelihood_stats: torch.Tensor | None = None,
+        packed: dict[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """One padded batch, length buckets (PairEncoder.pad_buckets) or pairs behind one copy of their prompt
-        (shared_prompt.pack_pairs; outputs: the chosen rows, then the rejected ones): one backbone pass per
-        bucket or chunk, the features put back in row order, then the head once on all rows. Inside forward,
-        so DDP and DeepSpeed see a single forward per micro-batch."""
+        """One padded batch, length buckets (PairEncoder.pad_buckets), pairs behind their prompt (shared_prompt:
+        chosen rows, then rejected ones) or rows packed (packed.pack_rows): features in row order, then the
+        head once on all rows. Inside forward: DDP and DeepSpeed see one forward per micro-batch."""
+        if packed is not None:
+            return self.score_features(*packed_features(self, packed))
         if shared is not None:
             parts = [self.shared_features(chunk) for chunk in shared]
             side = [torch.cat([part[j] for part in parts])[inverse] for j in range(4)]

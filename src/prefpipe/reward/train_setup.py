@@ -85,10 +85,13 @@ def head_grad_norm(rm: RewardModel) -> float | None:
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A (bucketed) batch on `device`: tensors, and lists of tensor dicts (the buckets)."""
+    """A (bucketed) batch on `device`: tensors, tensor dicts (the packed rows) and lists of tensor dicts
+    (the buckets)."""
     out: dict[str, Any] = {}
     for k, v in batch.items():
-        if isinstance(v, list):
+        if isinstance(v, dict):
+            out[k] = to_device(v, device)
+        elif isinstance(v, list):
             out[k] = [{n: x.to(device, non_blocking=True) for n, x in b.items()} for b in v]
         else:
             out[k] = v.to(device, non_blocking=True)

@@ -28,7 +28,7 @@ from prefpipe.common.io import atomic_write_json, read_json
 from prefpipe.common.progress import Progress
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
-from prefpipe.reward.fast import shared_prompt
+from prefpipe.reward.fast import packed, shared_prompt
 from prefpipe.reward.heads.disentangle import pair_lengths, split_pairs
 from prefpipe.reward.metrics import ACCURACY, GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, LOSS, STEP, SUMMED
 from prefpipe.reward.network import RewardModel
@@ -154,13 +154,17 @@ class RewardTrainer:
 
     # ------------------------------------------------------------------ loop
     def _micro_batch(self, chosen: list[TokenizedRow], rejected: list[TokenizedRow]) -> dict[str, Any]:
-        """The model inputs of one micro-batch: chosen and rejected behind one copy of their shared start
+        """The model inputs of one micro-batch: packed without padding (train.packing, where it applies), or
+        chosen and rejected behind one copy of their shared start
         (train.share_prompt, where the model allows it and likelihood summaries, if used, are cached), else
         both rows in one forward; either way in length-sorted chunks (train.length_buckets at most, on CUDA
         train.cuda_length_buckets, cut where a pass saves more than train.bucket_pass_cost padded tokens)."""
         t = self.settings.train
         buckets = length_buckets_for(next(self.rm.parameters()).device, t)  # where the model runs
         uncached = self.rm.spec.likelihood_features and chosen[0].likelihood is None
+        if t.packing and packed.applies(self.rm) and not uncached:  # train.packing: no padding computed
+            pad = self.rm.tokenizer.pad_token_id
+            return {"packed": packed.pack_rows(chosen + rejected, pad, t.packing_row_tokens)}
         if t.share_prompt and self.rm.shares_prompts and not uncached:
             return shared_prompt.pack_pairs(
                 chosen, rejected, self.rm.tokenizer.pad_token_id, buckets, t.bucket_pass_cost

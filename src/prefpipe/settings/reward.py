@@ -108,6 +108,8 @@ class TrainSettings:
     bucket_pass_cost: int  # padded tokens one extra pass costs; chunk cuts minimise tokens + this x passes
     cuda_length_buckets: int  # length_buckets on a CUDA device, where a pass costs far more than padding
     share_prompt: bool  # chosen and rejected behind one copy of their prompt where the model allows it
+    packing: bool  # rows end to end without padding (reward/fast/packed.py) where the model allows it
+    packing_row_tokens: int  # at most this many tokens per packed row (0: one row per micro-batch)
     learning_rate: float
     head_learning_rate: float | None  # None = learning_rate
     weight_decay: float

@@ -1,0 +1,152 @@
+"""Every script in benchmarks/ runs as a CPU smoke (issue 47 item 4): a real subprocess at its smallest size,
+which must exit 0 and write its JSON with finite figures and no recorded error. Ratios are not asserted (a
+smoke's figures mean nothing); that the call still works is. A benchmark whose call rots (e.g. a constructor
+gains an argument) fails here, the failure naming the script and its stderr's tail.
+
+The peer side (TRL, the `bench` extra, which scripts/test.sh installs) runs too; without it these tests skip
+naming why, except under CI=true, where a missing peer fails. rollout_vllm.py runs its plain engine only unless
+vLLM is importable (the vLLM tier, PREFPIPE_VLLM=1, has its own virtualenv). The shell scripts (setup.sh,
+gpu_wheels.sh: they download wheels) are checked with `bash -n` only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+SHARED_PAIRS = ROOT.parent / "shared" / "data" / "hh_rlhf_helpful_train.jsonl"
+# script -> (arguments, JSON it writes relative to the output folder, the optional packages it needs).
+# "{out}" is the temporary output folder (also PREFPIPE_BENCH_OUT, where common.write puts its JSON).
+SMOKE = {
+    "dag_build.py": (["--runs", "1", "--variants", "16"], "dag_build.json", ()),
+    "reward_train.py": (["--smoke"], "reward_train.json", ("trl",)),
+    "grpo_step.py": (["--smoke"], "grpo_step_smoke.json", ("trl",)),
+    "scoring.py": (["--smoke", "--only", "synthetic"], "scoring.json", ()),
+    "grpo_memory.py": (["--smoke", "--out", "{out}/grpo_memory.json"], "grpo_memory.json", ()),
+    "rollout_vllm.py": (
+        [
+            "--prompts",
+            "2",
+            "--generations",
+            "2",
+            "--new-tokens",
+            "4",
+            "--repeats",
+            "1",
+            "--out",
+            "{out}/rollout.json",
+        ],
+        "rollout.json",
+        (),
+    ),  # fmt: skip
+    "gpu.py": (
+        ["--device", "cpu", "--size", "tiny", "--quick", "--out", "{out}/gpu.json"],
+        "gpu.json",
+        ("trl",),
+    ),
+    "gpu_paper.py": (["--device", "cpu", "--size", "tiny", "--out", "{out}/paper.json"], "paper.json", ()),
+    "gpu_buckets.py": (
+        ["--device", "cpu", "--steps", "1", "--models", "llama", "--out", "{out}/b.json"],
+        "b.json",
+        (),
+    ),  # fmt: skip
+    "device_check.py": (
+        ["--device", "cpu", "--size", "tiny", "--out", "{out}"],
+        "device_check.json",
+        ("trl",),
+    ),
+}
+NOT_SCRIPTS = {"common.py"}  # imported by the scripts, run through them
+SHELL = ("setup.sh", "gpu_wheels.sh")
+
+
+def test_every_benchmark_script_has_a_smoke() -> None:
+    """A new script in benchmarks/ must be added to SMOKE (or it would rot unseen)."""
+    scripts = {p.name for p in BENCH.glob("*.py")} - NOT_SCRIPTS
+    assert scripts == set(SMOKE), f"benchmarks/ scripts without a smoke entry: {scripts - set(SMOKE)}"
+    assert {p.name for p in BENCH.glob("*.sh")} == set(SHELL)
+
+
+def _needs(packages: tuple[str, ...]) -> None:
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if not SHARED_PAIRS.exists():
+        missing.append(str(SHARED_PAIRS))
+    if not missing:
+        return
+    why = f"not installed/present: {', '.join(missing)} (scripts/test.sh installs the bench extra)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true: {why}")
+    pytest.skip(why)
+
+
+def numbers(value, where: str = "") -> list[tuple[str, float]]:
+    """Every number in a JSON value with its path; raises on a recorded error."""
+    if isinstance(value, dict):
+        for key in ("error", "errors", "fatal", "traceback", "skipped"):
+            assert not value.get(key), f"{where}.{key}: {str(value[key])[-1500:]}"
+        assert value.get("status") not in ("error", "partial"), f"{where}.status: {value.get('status')}"
+        return [n for k, v in value.items() for n in numbers(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [n for i, v in enumerate(value) for n in numbers(v, f"{where}[{i}]")]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return []
+    return [(where, float(value))]
+
+
+def run_smoke(script: str, out: Path) -> dict:
+    args, written, needs = SMOKE[script]
+    _needs(needs)
+    if script == "rollout_vllm.py" and importlib.util.find_spec("vllm") is None:
+        args = [*args, "--engines", "plain"]  # stated in the module docstring: vLLM's side is its own tier
+    env = {**os.environ, "PREFPIPE_BENCH_OUT": str(out), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}  # fmt: skip
+    cmd = [sys.executable, str(BENCH / script), *(a.format(out=out) for a in args)]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, f"benchmarks/{script} failed (rc {res.returncode}):\n{res.stderr[-3000:]}"
+    path = out / written
+    assert path.exists(), f"benchmarks/{script} wrote no {written}; stdout:\n{res.stdout[-2000:]}"
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_smoke(script: str, tmp_path: Path) -> None:
+    if script == "device_check.py" and not (BENCH / script).exists():
+        pytest.fail("benchmarks/device_check.py is listed but missing")
+    payload = run_smoke(script, tmp_path)
+    found = numbers(payload, script)
+    bad = [(w, v) for w, v in found if not math.isfinite(v)]
+    assert found and not bad, f"benchmarks/{script}: non-finite figures {bad[:10]}"
+
+
+@pytest.mark.parametrize("script", SHELL)
+def test_benchmark_shell_scripts_parse(script: str) -> None:
+    res = subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True, text=True)
+    assert res.returncode == 0, f"benchmarks/{script}: {res.stderr}"
+
+
+def test_smoke_names_a_broken_script(tmp_path: Path) -> None:
+    """The smoke fails naming the script when its call breaks: a copy of dag_build.py (the quickest) with
+    a call that no longer exists."""
+    broken = BENCH / "_broken_smoke_probe.py"
+    broken.write_text(
+        (BENCH / "dag_build.py")
+        .read_text()
+        .replace("def main() -> None:", "def main() -> None:\n    common.nope()")
+    )
+    SMOKE["_broken_smoke_probe.py"] = SMOKE["dag_build.py"]
+    try:
+        with pytest.raises(AssertionError, match=r"benchmarks/_broken_smoke_probe.py failed \(rc 1\)"):
+            run_smoke("_broken_smoke_probe.py", tmp_path)
+    finally:
+        broken.unlink()
+        del SMOKE["_broken_smoke_probe.py"]
