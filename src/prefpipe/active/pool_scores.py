@@ -16,6 +16,7 @@ import torch
 from prefpipe.active.labelled import TEST, labelled_ids, pool_ids, training_rows
 from prefpipe.active.select import SCORE, TAU, VARIANCE
 from prefpipe.common.chat import conversation
+from prefpipe.common.device import resolve_device
 from prefpipe.common.io import atomic_file, read_jsonl
 from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.reward.model import load_reward_model
@@ -50,7 +51,7 @@ def score_round(
         torch.set_num_threads(settings.torch_threads)
     rows = training_rows(data)
     unlabelled = set(pool_ids(rows, labelled_ids(labelled))) if pool else set()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device("auto"))
     model = load_reward_model(model_dir, device=device, fast_paths=settings.fast_paths)
     parts = [_score(model, read_jsonl(data / TEST), TEST_SPLIT, settings.batch_size)]
     if unlabelled:

@@ -16,6 +16,7 @@ from prefpipe.base.sft import encode_demonstrations, train_sft
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common import model_ref
 from prefpipe.common.config import ConfigError
+from prefpipe.common.device import resolve_device
 from prefpipe.common.io import atomic_dir, read_jsonl, write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
@@ -145,6 +146,7 @@ def build(
     timings: dict[str, float] = {}
     t0 = time.time()
     model, tokenizer, info = make_model(settings, data_dir, pretrained)
+    model.to(resolve_device(settings.device, "base.device"))
     timings["build_s"] = time.time() - t0
     t0 = time.time()
     sft_summary = _sft(model, tokenizer, settings, data_dir, record)

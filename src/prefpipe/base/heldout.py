@@ -44,7 +44,9 @@ def generate_completions(
         label = "held-out decode " + ("greedy" if greedy else "sampled")
         for start in progress(starts, len(starts), label):
             texts = [format_prompt(tokenizer, p) for p in prompts[start : start + batch_size]]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                model.device
+            )
             sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
             generated = model.generate(
                 **enc,

@@ -125,11 +125,15 @@ def train_sft(
     order: list[int] = []
     losses: list[float] = []
     model.train()
+    device = next(model.parameters()).device
     bar = Progress(steps, "base SFT")
     for step in range(steps):
         while len(order) < batch_size:
             order += torch.randperm(len(data.examples), generator=generator).tolist()
-        batch = collate([data.examples[i] for i in order[:batch_size]], pad_id)
+        batch = {
+            k: v.to(device)
+            for k, v in collate([data.examples[i] for i in order[:batch_size]], pad_id).items()
+        }
         del order[:batch_size]
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         loss = masked_lm_loss(logits, batch["labels"])

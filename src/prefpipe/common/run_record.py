@@ -132,15 +132,13 @@ class RunRecord:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.metrics_path.write_text("", encoding="utf-8")  # a rerun starts a fresh metrics file
         atomic_write_json(self.out_dir / "config.json", {"stage": stage, "config": redact(config)})
-        atomic_write_json(
-            self.out_dir / "versions.json",
-            {
-                "packages": package_versions(),
-                "code": code_revision(),
-                "device": device_facts(),
-                "argv": redact_argv(sys.argv),
-            },
-        )
+        self.versions = {
+            "packages": package_versions(),
+            "code": code_revision(),
+            "device": device_facts(),
+            "argv": redact_argv(sys.argv),
+        }
+        atomic_write_json(self.out_dir / "versions.json", self.versions)
         self._wandb = self._init_wandb(config["wandb"]) if "wandb" in config else None
 
     def _init_wandb(self, wandb_settings: dict[str, Any]):
@@ -185,6 +183,16 @@ class RunRecord:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=step)
 
+    def _record_device(self) -> None:
+        """versions.json gains `ran_on`: the device the stage's torch work used (`torch: false` when the stage
+        never imported torch: data prep, the report), so a GPU run shows per stage that it ran on CUDA."""
+        used: dict[str, Any] = {"device": "cpu", "torch": False}
+        if "torch" in sys.modules:
+            from prefpipe.common.device import ran_on
+
+            used = ran_on()
+        atomic_write_json(self.out_dir / "versions.json", {**self.versions, "ran_on": used})
+
     def finish(
         self,
         summary: dict[str, Any] | None = None,
@@ -201,6 +209,7 @@ class RunRecord:
             atomic_write_json(self.out_dir / "timing.json", to_jsonable({**wall, **timing}))
         payload = redact_values(to_jsonable(payload))
         atomic_write_json(self.out_dir / name, payload)
+        self._record_device()
         if self._wandb is not None:
             self._wandb.summary.update({k: v for k, v in payload.items() if isinstance(v, int | float)})
             self._wandb.finish()

@@ -57,26 +57,17 @@ from prefpipe.settings.evaluation import BenchmarkSettings, EvalSettings
 log = logging.getLogger("prefpipe.eval_rewardbench")
 
 
-def _device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("eval.device is 'cuda' but no CUDA device is available")
-    return name
-
-
 def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     """Load the reward model in --model and evaluate it on every configured benchmark."""
     import torch
 
+    from prefpipe.common.device import resolve_device
     from prefpipe.reward.model import load_finetuned_head, load_reward_model
 
     seed_everything(settings.seed)
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    device = _device(settings.eval.device)
+    device = str(resolve_device(settings.eval.device, "eval.device"))
     model = load_reward_model(str(args.model), device=device, fast_paths=settings.fast_paths)
     finetuned = load_finetuned_head(args.model, model)  # the head before the refit (the ablation reads it)
     if finetuned is not None:

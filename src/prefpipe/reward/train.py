@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType
 
+from prefpipe.common.device import resolve_device
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.seeding import seed_everything
 from prefpipe.reward.length_balance import balance_by_length
@@ -37,7 +38,7 @@ def sanity_eval(model_dir: Path, settings: RewardSettings, train_pairs: list, te
     model through the shared loader; {} when both are off (nothing is loaded)."""
     if not (settings.eval.test_pairs or settings.eval.train_pairs):
         return {}
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device("auto"))
     rm = load_reward_model(model_dir, device=device, fast_paths=settings.fast_paths)
     result = {}
     if settings.eval.test_pairs:

@@ -67,6 +67,7 @@ class BaseSettings(RunSettings):
     source: str  # scratch | pretrained
     pretrained: str | None
     trust_remote_code: bool
+    device: str  # auto | cpu | cuda | cuda:N
     tokenizer: TokenizerSettings
     model: TinyLlamaSettings
     sft: SFTSettings
