@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.run import RunSettings
@@ -18,6 +19,9 @@ class FixVariants:
 
 @dataclass
 class AblationStageSettings(RunSettings):
+    stage_schema: ClassVar[str] = "ablation.schema.yaml"
+    derived_keys: ClassVar[tuple[str, ...]] = ("variants",)
+
     reference: str  # the fixed variant (every fix on)
     broken: str  # every fix off
     fixes: dict[str, FixVariants]

@@ -6,6 +6,7 @@ budgets. Which strategies exist (and what each one scores) is the active layer's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.run import RunSettings
@@ -13,6 +14,9 @@ from prefpipe.settings.run import RunSettings
 
 @dataclass
 class ActiveLearningSettings(RunSettings):
+    stage_schema: ClassVar[str] = "active_learning.schema.yaml"
+    derived_keys: ClassVar[tuple[str, ...]] = ("members",)
+
     strategies: list[str]  # acquisition strategies (prefpipe.active.select.ACQUISITIONS keys)
     learner: str  # the reward variant trained each round; its test accuracy is the curve
     ensemble: str | None  # the eval.ensembles entry whose members' disagreement the `ensemble` strategy reads

@@ -10,7 +10,7 @@ and again when a model is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.build import to_mapping
@@ -130,6 +130,9 @@ class SanityEvalSettings:
 
 @dataclass
 class RewardSettings(RunSettings):
+    stage_schema: ClassVar[str] = "reward.schema.yaml#/$defs/settings"
+    derived_keys: ClassVar[tuple[str, ...]] = ("variant",)
+
     variant: str
     head: HeadSettings
     backbone: BackboneSettings
