@@ -20,6 +20,7 @@ from prefpipe.common import model_ref, secrets
 from prefpipe.common.config import ConfigError, check_plain_tree, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
+from prefpipe.settings.ablation_variants import fix_variant_names, with_ablation_variants
 from prefpipe.settings.active import ActiveLearningSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import to_mapping
@@ -173,6 +174,7 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(raw.get("eval"), dict):
         raw["eval"]["benchmarks"] = benchmark_entries(raw["eval"].get("benchmarks"))
     schema.validate(raw)  # the whole config once; the stages built from it are not validated again
+    with_ablation_variants(raw)  # reward.variants gains the ablation's variants, derived from its fixes
     return raw
 
 
@@ -217,7 +219,10 @@ def _ablation(
 ) -> AblationStageSettings | None:
     """The ablation stage's settings, or None when it is switched off or has no row to compute (reward.only
     narrowed its variants away). Every variant it names must be a reward.variants key."""
-    own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
+    own = {
+        k: v for k, v in section.items() if k not in ("enabled", "head")
+    }  # a workflow switch; the variants'
+    own["fixes"] = fix_variant_names(section["head"], section["fixes"])  # head type names the fixes' variants
     settings = stage(AblationStageSettings, own, "ablation", variants=trained)
     if not section["enabled"]:
         return None
