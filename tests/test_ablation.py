@@ -260,8 +260,8 @@ def test_the_settings_pair_every_fix_and_refuse_unknown_variants():
         assert pair.added == f"bgpm-fix-{fix}" and pair.removed == f"bgpm-no-{fix}"
     assert pipeline({"reward": {"only": ["bt", "gpm", "bgpm"]}}).ablation is None
     assert pipeline({"ablation": {"enabled": False}}).ablation is None
-    with pytest.raises(ConfigError, match=r"ablation\.fixes\.prior\.removed = 'bgpm-nope'"):
-        pipeline({"ablation": {"fixes": {"prior": {"removed": "bgpm-nope"}}}})
+    with pytest.raises(ConfigError, match=r"ablation\.reference = 'bgpm-nope' is not in reward\.variants"):
+        pipeline({"ablation": {"reference": "bgpm-nope"}})
 
 
 def test_the_report_takes_the_ablation_reference_from_its_one_owner():

@@ -39,7 +39,7 @@ def test_labelled_scales_the_weight_by_training_over_labelled_pairs():
         assert scaled.head.bayes.max_kl_weight == pytest.approx(weight * full / labelled, rel=1e-12)
         assert scaled.head.bayes.kl_warmup_steps == settings.head.bayes.kl_warmup_steps
     assert settings.head.bayes.max_kl_weight == weight  # a copy: the variant's settings are untouched
-    with pytest.raises(ConfigError, match="head is gpm, not bgpm"):
+    with pytest.raises(ConfigError, match=r"head is gpm, not a Bayesian head \(bgpm\)"):
         scaled_kl_weight(pipeline({}).reward["gpm"], 2400, 200)
     with pytest.raises(ConfigError, match="0 labelled pairs of 2400"):
         scaled_kl_weight(settings, 2400, 0)

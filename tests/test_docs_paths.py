@@ -2,7 +2,9 @@
 (`prefpipe.x.y`, or `prefpipe.x.y.name` for a name defined at the top of that module), every repository path in
 backticks (`workflow/...`, `scripts/...`, `config/...`, ...) and every relative link in README.md and docs/*.md
 points at something in this checkout. And one naming of the stages: by rule name, with no stage numbers, in the
-README, the docs, the config comments, the schema descriptions and the package's docstrings."""
+README, the docs, the config comments, the schema descriptions and the package's docstrings. And the product
+speaks of the product: no file of src/, workflow/, config/, docs/ or the README cites an issue number, a work
+session, an unnamed numbered fix or notes the repository does not hold."""
 
 from __future__ import annotations
 
@@ -36,6 +38,32 @@ PLACEHOLDER = re.compile(r"[<{]")  # results/grpo/<run>, {variant}: a pattern, n
 STAGE_NUMBER = re.compile(r"\b[Ss]tage \d")
 # References a reader of the config does not have: an issue, a numbered seed session, private design notes.
 OUTSIDE_REFERENCE = re.compile(r"\bissue \d|\bseed 00\d|\bdesign[- ]notes?\b", re.IGNORECASE)
+
+
+# What the product should not say (any file, any case): how it was developed rather than what it does.
+DEVELOPMENT_WORDS = re.compile(
+    r"\bissues? #?\d|\bfix(?:es)? \d[ab]?\b|\bsessions?\b|\bseed notes?\b|\bdesign[- ]notes?\b", re.IGNORECASE
+)
+PRODUCT_TREES = ("src", "workflow", "config", "docs")
+PRODUCT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".smk", ".rst", ".txt", ".json", ""}
+# (path relative to the repository, the exact phrase): genuine product words the pattern catches, with why.
+# None today; an entry must say why the product itself needs the word.
+PRODUCT_WORDS_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def product_files() -> list[Path]:
+    files = [REPO / "README.md"]
+    for tree in PRODUCT_TREES:
+        files += [
+            p
+            for p in sorted((REPO / tree).rglob("*"))
+            if p.is_file() and p.suffix in PRODUCT_SUFFIXES and "__pycache__" not in p.parts
+        ]
+    return files
+
+
+def development_words(text: str) -> list[str]:
+    return [m.group(0) for m in DEVELOPMENT_WORDS.finditer(text)]
 
 
 def _exists(relative: str) -> bool:
@@ -166,3 +194,31 @@ def test_config_comments_cite_nothing_a_reader_lacks():
         for match in OUTSIDE_REFERENCE.finditer(comment)
     ]
     assert not found, f"config comments cite what a reader does not have: {found}"
+
+
+def test_the_product_speaks_of_the_product():
+    """Issue numbers, session words and fix labels without their meaning say how the code was made, which a user
+    cannot look up: name the thing instead (a fix by what it fixes, a finding by its doc and commit)."""
+    found = [
+        f"{path.relative_to(REPO)}: {word!r}"
+        for path in product_files()
+        for word in development_words(path.read_text(encoding="utf-8", errors="replace"))
+        if (str(path.relative_to(REPO)), word) not in PRODUCT_WORDS_ALLOWED
+    ]
+    assert not found, "development words in the product:\n" + "\n".join(found)
+
+
+def test_the_development_word_scan_catches_each_form():
+    text = (
+        "see issue 33 item 4; Issue #16; fix 5b: offset; fixes 1-5; in session 13; the seed notes; Session 10"
+    )
+    assert development_words(text) == [
+        "issue 3",
+        "Issue #1",
+        "fix 5b",
+        "fixes 1",
+        "session",
+        "seed notes",
+        "Session",
+    ]
+    assert development_words("a fixed seed; a prefix 5; the warmup fix: linear; tissue 3") == []

@@ -108,7 +108,8 @@ def test_shipped_modules_are_standalone():
     from prefpipe.common import chat
     from prefpipe.export import reward_loader
 
-    stdlib = {"__future__", "importlib", "json", "logging", "math", "pathlib", "types", "typing"}
+    stdlib = {"__future__", "collections", "importlib", "json", "logging", "math", "pathlib"}
+    stdlib |= {"types", "typing"}
     assert _imported(reward_loader) <= stdlib | {"torch", "transformers", "safetensors"}
     assert _imported(chat) <= stdlib | {"jinja2"}
 

@@ -12,9 +12,12 @@ from support.models import save_tiny_policy
 from support.settings import grpo_settings
 
 from prefpipe.common.run_record import RunRecord
+from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.metric_names import LOSS_FIRST_ITERATION
 from prefpipe.grpo.policy_io import load_policy
 from prefpipe.grpo.rewards import WeightedReward
+from prefpipe.grpo.rollout import engines
+from prefpipe.grpo.rollout.engines.base import PlainEngine
 from prefpipe.grpo.training.trainer import GRPOTrainer
 from prefpipe.inspect_grpo import main
 from prefpipe.settings.build import to_mapping
@@ -96,3 +99,43 @@ def test_with_prompt_mask_puts_prompt_tokens_in_the_table_and_the_metric(tmp_pat
 def test_a_step_that_was_not_saved_is_a_user_error(tmp_path):
     out, _ = _run(tmp_path, steps=1, inspect_steps=[0])
     assert main([str(out), "--step", "1"]) == 2
+
+
+class MismatchedEngine(PlainEngine):
+    """The plain engine's samples, reported with log-probs that differ from the trainer's by +-SHIFT per token,
+    as a separate engine's kernels would (vLLM without vLLM): the trainer's importance correction weights each
+    token's surrogate by min(exp(-/+SHIFT), cap)."""
+
+    SHIFT = 0.4
+
+    def generate(self, policy, tokenizer, prompts, uniforms, seed, first_prompt=0):
+        rollout = super().generate(policy, tokenizer, prompts, uniforms, seed, first_prompt)
+        n, c = rollout.completion_ids.shape
+        with torch.no_grad():
+            own = completion_logprobs(
+                policy, rollout.input_ids, rollout.attention_mask, c, self.settings.temperature
+            )[0]
+        sign = (torch.arange(n)[:, None] + torch.arange(c)[None, :]) % 2 * 2 - 1
+        rollout.sampler_logprobs = own + self.SHIFT * sign
+        return rollout
+
+
+def test_table_loss_equals_the_trainer_loss_with_the_engines_importance_correction(tmp_path, monkeypatch):
+    """With a sampling engine's log-probs and rollout.importance_correction on (truncated at a cap the shift
+    exceeds), the inspector's loss is the trainer's: it keeps the engine's log-probs and weights the surrogate
+    with the trainer's own per-token loss. (Step 0's loss is 0: equal rewards, pi = pi_ref; step 2's is not, and
+    without the weights the table's would be about 8% off it.)"""
+    monkeypatch.setitem(engines.ENGINES, "plain", lambda settings, *_: MismatchedEngine(settings))
+    cap = 1.3
+    rollout = {"importance_correction": "token_truncate", "importance_cap": cap}
+    out, trainer = _run(tmp_path, rollout=rollout)
+    for step in (0, 2):
+        assert main([str(out), "--step", str(step)]) == 0
+        result = json.loads((out / "inspect" / f"step-{step:08d}" / f"step-{step}.json").read_text())
+        logged = trainer.metric_rows[step][LOSS_FIRST_ITERATION]
+        assert result["table_loss"] == pytest.approx(logged, rel=1e-5, abs=1e-7)
+        weights = {round(t["sampler_weight"], 5) for t in result["tokens"] if t["mask"]}
+        # first pass: w = min(exp(log pi - log pi_engine), cap) = exp(-0.4) or the cap (exp(0.4) > 1.3)
+        assert weights == {round(float(torch.exp(torch.tensor(-MismatchedEngine.SHIFT))), 5), cap}
+        assert trainer.metric_rows[step]["is_truncated_ratio"] > 0.2
+    assert abs(trainer.metric_rows[2][LOSS_FIRST_ITERATION]) > 1e-2

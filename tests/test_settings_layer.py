@@ -16,6 +16,7 @@ from snakemake.utils import update_config
 
 import prefpipe.settings
 from prefpipe.common.config import ConfigError, read_config_file
+from prefpipe.settings.ablation_variants import derived_variants, fix_variant_names
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.merge import deep_merge
 from prefpipe.settings.pipeline import PipelineSettings, load_config
@@ -77,10 +78,15 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
     report["ablation"] = {**report["ablation"], **owned}
     assert _without_run_keys(to_mapping(settings.report)) == report
     assert to_mapping(settings.eval)["eval"] == raw["eval"]
-    ablation = {k: v for k, v in raw["ablation"].items() if k != "enabled"}
-    assert _without_run_keys(to_mapping(settings.ablation), "variants") == ablation
+    ablation = {k: v for k, v in raw["ablation"].items() if k not in ("enabled", "head", "fixes")}
+    got = _without_run_keys(to_mapping(settings.ablation), "variants")
+    # the fixes reach the stage as the variant pairs derived from them, and reward.variants as those variants
+    # (their resolved values: tests/test_ablation_variants.py)
+    assert got.pop("fixes") == fix_variant_names(raw["ablation"]["head"], raw["ablation"]["fixes"])
+    assert got == ablation
+    variants = {**derived_variants(raw["ablation"], raw["ablation"]["head"]), **raw["reward"]["variants"]}
     for name, variant in settings.reward.items():
-        expected = deep_merge(raw["reward"]["defaults"], raw["reward"]["variants"][name])
+        expected = deep_merge(raw["reward"]["defaults"], variants[name])
         assert _without_run_keys(to_mapping(variant), "variant") == expected, name
     for name, run in settings.grpo.items():
         expected = deep_merge(raw["grpo"]["defaults"], raw["grpo"]["runs"][name])

@@ -42,12 +42,10 @@ DESCRIPTION = (
 
 
 def run_settings(run_dir: Path) -> GrpoSettings:
-    from prefpipe.settings.pipeline import load_stage
-
     path = run_dir / "config.json"
     if not path.is_file():
         raise UserError(f"{run_dir}: no config.json (not a train_grpo output folder)")
-    return load_stage(GrpoSettings, read_json(path)["config"], str(path))
+    return GrpoSettings.from_stage_config(read_json(path)["config"], str(path))
 
 
 def _load_trainable(policy: torch.nn.Module, weights: dict[str, torch.Tensor], where: str) -> None:

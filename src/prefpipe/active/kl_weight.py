@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from prefpipe.common.config import ConfigError
-from prefpipe.reward.heads.registry import get_head_class
+from prefpipe.reward.heads.registry import HEADS, get_head_class
 from prefpipe.settings.reward import RewardSettings
 
 MODES = ("fixed", "labelled")
@@ -19,7 +19,8 @@ def scaled_kl_weight(settings: RewardSettings, full_pairs: int, labelled_pairs: 
     bayes = settings.head.bayes
     if not get_head_class(settings.head.type).bayesian or bayes is None:
         raise ConfigError(
-            f"active_learning.kl_weight = labelled: the learner's head is {settings.head.type}, not bgpm (a Bayesian head)"
+            f"active_learning.kl_weight = labelled: the learner's head is {settings.head.type}, not a Bayesian head "
+            f"({', '.join(name for name, cls in HEADS.items() if cls.bayesian)})"
         )
     if not 0 < labelled_pairs <= full_pairs:
         raise ConfigError(f"active_learning: {labelled_pairs} labelled pairs of {full_pairs} training pairs")

@@ -15,7 +15,7 @@ Generalisation within reach: every owner and every object appears in training, b
 (owner, object) combinations of each kind appear only in test pairs, and test pairs use only those. The
 previous world held out whole requests whose words the model had never seen ("fire up the grill"), so the
 held-out half of the section was a coin flip that changed with the seed (safety-comply 0.39-0.94 between two
-runs of the same config, issue 16). Compliance texts stay generic (no actionable content): the world only needs
+runs of the same config). Compliance texts stay generic (no actionable content): the world only needs
 their form.
 """
 

@@ -176,7 +176,7 @@ def _pairs(settings: SyntheticWorldSettings, seed: int, excluded: set[str]) -> t
                 key,
             )
             rows_out.extend(_pair_dict(f"{subset}-{split}-{i:05d}", r, subset) for i, r in enumerate(rows))
-    # Whole triples, at least one, so the subset always exists; 1.5x a subset's pairs (issue 16: the intransitive
+    # Whole triples, at least one, so the subset always exists; 1.5x a subset's pairs (the intransitive
     # part of Chat Hard is where GPM and BT differ, and 33 test triples left the section's difference inside the
     # 95% intervals on some seeds).
     tradeoff = synthetic_tradeoff.split_keys(

@@ -1,4 +1,4 @@
-"""How informative a head's uncertainty is, measured as the field measures it (issue 33).
+"""How informative a head's uncertainty is, measured as the field measures it (docs/UNCERTAINTY.md).
 
 - What a Bayesian head says about a *preference*, from its score posterior s ~ N(m, v) (the closed-form variance)
   or from posterior samples of s: the probability that the decision flips, Phi(-|m| / sd); the predictive

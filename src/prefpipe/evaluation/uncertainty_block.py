@@ -1,4 +1,4 @@
-"""The `uncertainty` block of an evaluation summary (issue 33): how well each of a head's candidate
+"""The `uncertainty` block of an evaluation summary (docs/UNCERTAINTY.md): how well each of a head's candidate
 uncertainties flags its own errors, high-disagreement pairs (among all pairs, and among familiar pairs only) and
 unfamiliar pairs (AUROC with a bootstrap interval stratified by the target), and its abstention curve's area (AURC)
 against the point margin's.

@@ -5,19 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-HEAD_MATH = {
-    "bt": "Bradley-Terry: one reward r(x, y) = w . h + b per response; P(a > b | x) = sigmoid((r(a) - r(b)) / tau).",
-    "gpm": (
-        "General Preference Model: an embedding v(y) of 2k numbers per response (unit length when normalised) "
-        "and a prompt gate lambda(x) = k softmax(G h_x / sqrt(H)); s(a > b | x) = sum_l lambda_l (a_2l b_2l+1 - "
-        "a_2l+1 b_2l), skew-symmetric, so preferences may be cyclic; P(a > b | x) = sigmoid(s / tau)."
-    ),
-    "bgpm": (
-        "Bayesian GPM: a diagonal Gaussian posterior N(mean(y), var(y)) over the GPM embedding; s(a > b | x) "
-        "of the means with its closed-form variance, and P(a > b | x) = E[sigmoid(s(a~, b~) / tau)] by Monte "
-        "Carlo over the posterior."
-    ),
-}
+from prefpipe.reward.heads.facts import head_facts
 
 SEQ_CLS_USAGE = """```python
 import importlib.util
@@ -148,7 +136,7 @@ def model_card(
         f"then a too-long response keeps its {spec.get('keep_response', 'start')}).",
         "",
         "## Head",
-        HEAD_MATH[head["type"]] + f" tau = {head['tau']}.",
+        _head_math(head["type"]) + f" tau = {head['tau']}.",
     ]
     if info.get("reward_offset") is not None:
         lines.append(
@@ -157,3 +145,9 @@ def model_card(
         )
     lines += ["", "## Use", _usage(info, spec["chat"]["chat_template"]), "", "## Benchmark scores"]
     return "\n".join(lines + _benchmarks(eval_summary)) + "\n"
+
+
+def _head_math(head_type: str) -> str:
+    """What the head computes, from the head facts (prefpipe.reward.heads.facts); a head without facts by name."""
+    facts = head_facts(head_type)
+    return facts.math if facts is not None else f"A {head_type!r} reward head."

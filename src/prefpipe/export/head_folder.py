@@ -45,12 +45,15 @@ def head_settings(rm: RewardModel) -> dict[str, Any]:
 
 
 def write_head_folder(rm: RewardModel, folder: Path) -> dict[str, Any]:
-    """Save `rm` in the head-folder form in `folder`; returns what the model card reports."""
+    """Save `rm` in the head-folder form in `folder`; returns what the model card reports. A head type the
+    loader cannot score is refused before anything is written."""
+    settings = head_settings(rm)
+    reward_loader.head_type(settings, f"exporting {rm.spec.head.type!r} head")
     plain_backbone(rm).save_pretrained(folder)
     export_tokenizer(rm).save_pretrained(folder)
     weights = {k: v.detach().float().cpu().contiguous() for k, v in rm.head.state_dict().items()}
     save_file(weights, str(folder / reward_loader.HEAD_WEIGHTS))
-    atomic_write_json(folder / reward_loader.HEAD_JSON, head_settings(rm))
+    atomic_write_json(folder / reward_loader.HEAD_JSON, settings)
     if rm.likelihood_model is not None:
         rm.likelihood_model.save_pretrained(folder / likelihood.FOLDER)
     shutil.copyfile(reward_loader.__file__, folder / LOADER_FILE)

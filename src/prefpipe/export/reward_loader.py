@@ -49,9 +49,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +87,90 @@ def check_conversations(chat: ModuleType, prompts: list[Conversation]) -> None:
             )
 
 
+def _pair_score(a: torch.Tensor, b: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The GPM's gated skew-symmetric score of embedding pairs (a_2l b_2l+1 - a_2l+1 b_2l)."""
+    pa, pb = a.reshape(*a.shape[:-1], -1, 2), b.reshape(*b.shape[:-1], -1, 2)
+    return ((pa[..., 0] * pb[..., 1] - pa[..., 1] * pb[..., 0]) * gate).sum(-1)
+
+
+def _gate(w: dict, config: dict, h_prompt: torch.Tensor) -> torch.Tensor:
+    k = config["dim"] // 2
+    if "gate.prompt_head.weight" not in w:
+        return h_prompt.new_ones(h_prompt.shape[0], k)
+    logits = F.linear(h_prompt, w["gate.prompt_head.weight"]) / math.sqrt(config["prompt_size"])
+    return F.softmax(logits, dim=-1) * k
+
+
+def _encode_bt(w: dict, config: dict, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"reward": F.linear(h, w["value_head.weight"], w["value_head.bias"]).squeeze(-1)}
+
+
+def _encode_gpm(w: dict, config: dict, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = F.linear(h, w["value_head.weight"])
+    emb = F.normalize(out, p=2, dim=-1) if config["normalize"] else out
+    return {"embedding": emb, "gate": _gate(w, config, h_prompt)}
+
+
+def _encode_bgpm(w: dict, config: dict, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+    raw_mean, logvar = F.linear(h, w["value_head.weight"]).split(config["dim"], dim=-1)
+    if "logvar_bias" in w:
+        logvar = logvar + w["logvar_bias"]
+    logvar = logvar.clamp(*config["logvar_clamp"])
+    mean = F.normalize(raw_mean, p=2, dim=-1) if config["normalize"] else raw_mean
+    return {"mean": mean, "var": logvar.exp(), "gate": _gate(w, config, h_prompt)}
+
+
+def _compare_bt(a: dict, b: dict) -> tuple[torch.Tensor, None]:
+    return a["reward"] - b["reward"], None
+
+
+def _compare_gpm(a: dict, b: dict) -> tuple[torch.Tensor, None]:
+    return _pair_score(a["embedding"], b["embedding"], 0.5 * (a["gate"] + b["gate"])), None
+
+
+def _compare_bgpm(a: dict, b: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    gate = 0.5 * (a["gate"] + b["gate"])
+    ma, va, mb, vb = a["mean"], a["var"], b["mean"], b["var"]
+
+    def swap(v: torch.Tensor) -> torch.Tensor:
+        return v.reshape(*v.shape[:-1], -1, 2).flip(-1).reshape(v.shape)
+
+    terms = ma.pow(2) * swap(vb) + mb.pow(2) * swap(va) + va * swap(vb)
+    variance = (terms.reshape(*terms.shape[:-1], -1, 2).sum(-1) * gate.pow(2)).sum(-1)
+    return _pair_score(ma, mb, gate), variance
+
+
+class HeadType(NamedTuple):
+    """How this loader scores one head type: features -> encoding, encodings -> (s, Var[s] or None). (A
+    NamedTuple, not a dataclass: the file is loaded from its path, outside sys.modules.)"""
+
+    encode: Callable[[dict, dict, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+    compare: Callable[[dict, dict], tuple[torch.Tensor, torch.Tensor | None]]
+    scalar_reward: bool  # one reward per response (rewards())
+    bayesian: bool  # P(a > b) by Monte Carlo over the posterior
+
+
+# The head types this loader scores (its own table: the folder does not import prefpipe's head registry; a
+# head added to prefpipe is exportable once its scoring is added here, tests/test_export_head_types.py).
+HEAD_TYPES: dict[str, HeadType] = {
+    "bt": HeadType(_encode_bt, _compare_bt, scalar_reward=True, bayesian=False),
+    "gpm": HeadType(_encode_gpm, _compare_gpm, scalar_reward=False, bayesian=False),
+    "bgpm": HeadType(_encode_bgpm, _compare_bgpm, scalar_reward=False, bayesian=True),
+}
+
+
+def head_type(config: dict[str, Any], where: str | Path) -> HeadType:
+    """The loader's scoring of the folder's `head_type`; ValueError naming the type and the known ones."""
+    name = config.get("head_type")
+    if name not in HEAD_TYPES:
+        raise ValueError(
+            f"{where}: head_type {name!r} is not a head type this loader can score (it knows "
+            f"{', '.join(HEAD_TYPES)}); a head added to prefpipe needs its scoring in prefpipe/export/"
+            "reward_loader.py (HEAD_TYPES) before its models can be exported"
+        )
+    return HEAD_TYPES[name]
+
+
 class ExportedRewardModel:
     """Backbone, tokenizer and head of an exported reward model; every method takes conversations (prompt
     strings or message lists) and reply strings."""
@@ -95,6 +180,7 @@ class ExportedRewardModel:
         self.config: dict[str, Any] = json.loads((folder / HEAD_JSON).read_text())
         if self.config.get("format") != FORMAT:
             raise ValueError(f"{folder / HEAD_JSON}: not a {FORMAT} folder")
+        self.kind = head_type(self.config, folder / HEAD_JSON)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.backbone = AutoModel.from_pretrained(folder, dtype=dtype).to(device).eval()
         self.likelihood_model = None
@@ -221,28 +307,10 @@ class ExportedRewardModel:
 
     # ------------------------------------------------------------------ features -> encodings
     def _head(self, h: torch.Tensor, h_prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        w, head_config = self.head, self.config
-        h, h_prompt = h.float(), h_prompt.float()
+        w, h, h_prompt = self.head, h.float(), h_prompt.float()
         if "input_norm.mean" in w:
             h = (h - w["input_norm.mean"]) * w["input_norm.inv_sd"]
-        if head_config["head_type"] == "bt":
-            return {"reward": F.linear(h, w["value_head.weight"], w["value_head.bias"]).squeeze(-1)}
-        out = F.linear(h, w["value_head.weight"])
-        k = head_config["dim"] // 2
-        if "gate.prompt_head.weight" in w:
-            logits = F.linear(h_prompt, w["gate.prompt_head.weight"]) / math.sqrt(head_config["prompt_size"])
-            gate = F.softmax(logits, dim=-1) * k
-        else:
-            gate = h_prompt.new_ones(h_prompt.shape[0], k)
-        if head_config["head_type"] == "gpm":
-            emb = F.normalize(out, p=2, dim=-1) if head_config["normalize"] else out
-            return {"embedding": emb, "gate": gate}
-        raw_mean, logvar = out.split(head_config["dim"], dim=-1)
-        if "logvar_bias" in w:
-            logvar = logvar + w["logvar_bias"]
-        logvar = logvar.clamp(*head_config["logvar_clamp"])
-        mean = F.normalize(raw_mean, p=2, dim=-1) if head_config["normalize"] else raw_mean
-        return {"mean": mean, "var": logvar.exp(), "gate": gate}
+        return self.kind.encode(w, self.config, h, h_prompt)
 
     @torch.inference_mode()
     def encode(
@@ -256,27 +324,9 @@ class ExportedRewardModel:
         return {k: torch.cat([p[k] for p in parts]).float().cpu() for k in parts[0]}
 
     # ------------------------------------------------------------------ encodings -> preferences
-    @staticmethod
-    def _gpm(a: torch.Tensor, b: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        pa, pb = a.reshape(*a.shape[:-1], -1, 2), b.reshape(*b.shape[:-1], -1, 2)
-        return ((pa[..., 0] * pb[..., 1] - pa[..., 1] * pb[..., 0]) * gate).sum(-1)
-
     def compare(self, enc_a: dict, enc_b: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """s(a > b | x) per row and, for bgpm, its variance (else None)."""
-        kind = self.config["head_type"]
-        if kind == "bt":
-            return enc_a["reward"] - enc_b["reward"], None
-        gate = 0.5 * (enc_a["gate"] + enc_b["gate"])
-        if kind == "gpm":
-            return self._gpm(enc_a["embedding"], enc_b["embedding"], gate), None
-        ma, va, mb, vb = enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"]
-
-        def swap(v: torch.Tensor) -> torch.Tensor:
-            return v.reshape(*v.shape[:-1], -1, 2).flip(-1).reshape(v.shape)
-
-        terms = ma.pow(2) * swap(vb) + mb.pow(2) * swap(va) + va * swap(vb)
-        variance = (terms.reshape(*terms.shape[:-1], -1, 2).sum(-1) * gate.pow(2)).sum(-1)
-        return self._gpm(ma, mb, gate), variance
+        """s(a > b | x) per row and, for a Bayesian head, its variance (else None)."""
+        return self.kind.compare(enc_a, enc_b)
 
     def preference_prob(
         self,
@@ -294,14 +344,14 @@ class ExportedRewardModel:
         self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         tau = self.config["tau"]
-        if self.config["head_type"] != "bgpm":
+        if not self.kind.bayesian:
             return torch.sigmoid(self.compare(enc_a, enc_b)[0] / tau)
         n = n_samples or self.config["mc_samples"]
         gate = 0.5 * (enc_a["gate"] + enc_b["gate"])
         total = torch.zeros(enc_a["mean"].shape[0], dtype=torch.float64)
         for _ in range(n):
             sa, sb = (self._sample(enc["mean"], enc["var"], generator) for enc in (enc_a, enc_b))
-            total += torch.sigmoid(self._gpm(sa, sb, gate) / tau).double()
+            total += torch.sigmoid(_pair_score(sa, sb, gate) / tau).double()
         return (total / n).float()
 
     def _sample(
@@ -312,7 +362,7 @@ class ExportedRewardModel:
         return F.normalize(sample, p=2, dim=-1) if self.config["normalize"] else sample
 
     def rewards(self, prompts: list[Conversation], responses: list[str]) -> torch.Tensor:
-        """r(x, y) per row (bt heads only: gpm heads score pairs, not single responses)."""
-        if self.config["head_type"] != "bt":
+        """r(x, y) per row (heads with one reward per response only: gpm heads score pairs)."""
+        if not self.kind.scalar_reward:
             raise TypeError(f"a {self.config['head_type']!r} head has no scalar reward per response")
         return self.encode(prompts, responses)["reward"]

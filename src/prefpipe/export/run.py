@@ -10,7 +10,7 @@ from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text,
 from prefpipe.export.card import model_card
 from prefpipe.export.head_folder import write_head_folder
 from prefpipe.export.sequence_classification import (
-    EXPORTABLE_BT,
+    exportable_config,
     why_not_standard,
     write_sequence_classification,
 )
@@ -42,7 +42,7 @@ def export_reward(
     if form == "sequence-classification" and reason is not None:
         raise ValueError(
             f"{model_dir}: not exportable as AutoModelForSequenceClassification: {reason}; "
-            f"a model trained with {EXPORTABLE_BT} is"
+            f"a model trained with {exportable_config()} is"
         )
     standard = reason is None and form != "head-folder"
     config = _optional_json(run_dir / "config.json").get("config", {})

@@ -1,4 +1,5 @@
-"""A BT reward model as a standard transformers `AutoModelForSequenceClassification` folder.
+"""A reward model whose head gives a linear reward (BT) as a standard transformers
+`AutoModelForSequenceClassification` folder.
 
 Such a model computes logit = w . h_last with h_last the final state at the last token that is not padding and
 a score layer without bias. That is prefpipe's BT reward exactly when the head reads only the last token's final
@@ -26,22 +27,34 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICA
 from prefpipe.common.chat import reply_end
 from prefpipe.export.common import export_tokenizer, plain_backbone, ship_chat_module
 from prefpipe.reward.heads.base import RewardHead
+from prefpipe.reward.heads.registry import HEADS
 from prefpipe.reward.model import RewardModel
 
-# The reward config that trains an exportable BT model (the refusal names it).
-EXPORTABLE_BT = (
-    "head.type: bt on a decoder backbone with backbone.pooling: last (or auto), "
-    "backbone.embedding_features: false and backbone.likelihood_features: false"
-)
 PAD_TOKEN = "<|prefpipe_pad|>"  # added when the tokenizer pads with its EOS token
+
+
+def linear_reward_heads() -> list[str]:
+    """The registered head types whose reward is one linear map of the features (`RewardHead.linear_reward`)."""
+    return sorted(name for name, cls in HEADS.items() if cls.linear_reward is not RewardHead.linear_reward)
+
+
+def exportable_config() -> str:
+    """The reward config that trains a model this form takes (the refusal names it)."""
+    return (
+        f"head.type: {' | '.join(linear_reward_heads())} on a decoder backbone with backbone.pooling: last (or "
+        "auto), backbone.embedding_features: false and backbone.likelihood_features: false"
+    )
 
 
 def why_not_standard(rm: RewardModel) -> str | None:
     """Why this reward model has no faithful AutoModelForSequenceClassification form (None: it has one)."""
     spec, model_type = rm.spec, rm.config.model_type
     reasons = []
-    if spec.head.type != "bt":
-        reasons.append(f"head.type is {spec.head.type!r} (only a BT head gives one scalar per response)")
+    if type(rm.head).linear_reward is RewardHead.linear_reward:
+        reasons.append(
+            f"head.type is {spec.head.type!r} (only a head whose reward is one linear map of the final state "
+            f"has a score layer: {', '.join(linear_reward_heads())})"
+        )
     if spec.backbone_kind != "decoder":
         reasons.append("the backbone is an encoder (its sequence-classification class reads the pooler)")
     if spec.pooling != "last":
@@ -57,17 +70,6 @@ def why_not_standard(rm: RewardModel) -> str | None:
     if model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
         reasons.append(f"transformers has no sequence-classification class for {model_type!r}")
     return "; ".join(reasons) or None
-
-
-def folded_bt_head(head: RewardHead) -> tuple[torch.Tensor, float]:
-    """(w', b'): w' . h + b' equals the BT head's reward on raw features h, standardisation folded in."""
-    weight = head.value_head.weight.detach().double()  # (1, F)
-    bias = float(head.value_head.bias.detach().double())
-    norm = head._modules.get("input_norm")
-    if norm is not None:  # w . ((h - mean) * inv_sd) + b = (w * inv_sd) . h + (b - (w * inv_sd) . mean)
-        weight = weight * norm.inv_sd.double()
-        bias -= float((weight * norm.mean.double()).sum())
-    return weight, bias
 
 
 def _pad_apart(tokenizer: Any, model: torch.nn.Module) -> None:
@@ -87,11 +89,11 @@ def write_sequence_classification(rm: RewardModel, folder: Path) -> dict[str, An
     reason = why_not_standard(rm)
     if reason is not None:
         raise ValueError(
-            f"not exportable as AutoModelForSequenceClassification: {reason}; train with {EXPORTABLE_BT}"
+            f"not exportable as AutoModelForSequenceClassification: {reason}; train with {exportable_config()}"
         )
     backbone = plain_backbone(rm)
     tokenizer = export_tokenizer(rm)
-    weight, offset = folded_bt_head(rm.head)
+    weight, offset = rm.head.linear_reward()
     config = copy.deepcopy(backbone.config)
     config.num_labels = 1
     config.id2label, config.label2id = {0: "reward"}, {"reward": 0}

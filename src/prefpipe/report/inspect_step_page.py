@@ -33,7 +33,7 @@ def _overview(table: StepTable, trainer_loss: float | None) -> Table:
             ["loss tokens in the batch", str(table.num_tokens)],
             ["completions in the batch", str(table.num_sequences)],
         ],
-        "Contribution of a token = d loss / d l_t * l_t, with l_t = -min(rho A, clip(rho) A) + beta * KL_t; "
+        "Contribution of a token = d loss / d l_t * l_t, with l_t = -w_t min(rho A, clip(rho) A) + beta * KL_t (w_t: the sampler weight, 1 without an engine's correction); "
         "the aggregation is linear, so the contributions sum to the loss.",
         anchor="loss",
     )
@@ -78,6 +78,7 @@ TOKEN_COLUMNS = [
     "Clipped",
     "A",
     "KL k3",
+    "Sampler weight",
     "Contribution",
 ]
 
@@ -99,6 +100,7 @@ def _completion_table(row: int, tokens: list[TokenRow]) -> Table:
                 t.clipped or "no",
                 f"{t.advantage:+.4g}",
                 _f(t.kl_k3),
+                _f(t.sampler_weight),
                 f"{t.contribution:.3e}",
             ]
             for t in tokens

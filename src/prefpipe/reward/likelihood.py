@@ -2,12 +2,12 @@
 
 A decoder whose output layer is tied to its input embeddings scores every next token with
 log_softmax(h_{t-1} @ E^T), from the hidden states and embedding matrix a bare AutoModel already has. The SFT base
-ranks a flawed reasoning chain below the correct one by this likelihood (issue 16: 0.91 on held-out pairs) while a
+ranks a flawed reasoning chain below the correct one by this likelihood (0.91 on held-out pairs) while a
 head on pooled states fits the training chains without generalising (0.55); the mean and the least likely response
 token hand that check to the head directly (one flawed token shows in the minimum). The likelihood comes from a
 frozen copy of the starting backbone (saved beside the reward model in `FOLDER`), like DPO's reference model:
 read through the fine-tuned backbone it decays as reward training reshapes the LM (held-out copy flaws 1.00 ->
-0.70 in issue 16's diagnosis).
+0.70 when this was measured).
 """
 
 from __future__ import annotations

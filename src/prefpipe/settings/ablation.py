@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.run import RunSettings
@@ -18,9 +19,12 @@ class FixVariants:
 
 @dataclass
 class AblationStageSettings(RunSettings):
+    stage_schema: ClassVar[str] = "ablation.schema.yaml#/$defs/stage"
+    derived_keys: ClassVar[tuple[str, ...]] = ("variants",)
+
     reference: str  # the fixed variant (every fix on)
     broken: str  # every fix off
-    fixes: dict[str, FixVariants]
+    fixes: dict[str, FixVariants]  # derived from ablation.fixes (prefpipe.settings.ablation_variants)
     benchmark: str | None  # null = the primary benchmark the evaluation recorded
     bootstrap_resamples: int
     confidence: float

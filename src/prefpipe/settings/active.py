@@ -1,4 +1,4 @@
-"""Settings of the active-learning rules (`active_learning`, issue 33 item 4): rounds of train -> score the
+"""Settings of the active-learning rules (`active_learning`; docs/ACTIVE_LEARNING.md): rounds of train -> score the
 unlabelled pool -> add the most uncertain pairs -> retrain, per acquisition strategy and seed, at equal label
 budgets. Which strategies exist (and what each one scores) is the active layer's registry
 (prefpipe.active.select); the names are checked against it by prefpipe.config_checks."""
@@ -6,6 +6,7 @@ budgets. Which strategies exist (and what each one scores) is the active layer's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.run import RunSettings
@@ -13,6 +14,9 @@ from prefpipe.settings.run import RunSettings
 
 @dataclass
 class ActiveLearningSettings(RunSettings):
+    stage_schema: ClassVar[str] = "active_learning.schema.yaml"
+    derived_keys: ClassVar[tuple[str, ...]] = ("members",)
+
     strategies: list[str]  # acquisition strategies (prefpipe.active.select.ACQUISITIONS keys)
     learner: str  # the reward variant trained each round; its test accuracy is the curve
     ensemble: str | None  # the eval.ensembles entry whose members' disagreement the `ensemble` strategy reads

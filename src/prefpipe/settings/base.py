@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import require
 from prefpipe.settings.run import RunSettings
@@ -64,6 +65,8 @@ class HeldoutEvalSettings:
 
 @dataclass
 class BaseSettings(RunSettings):
+    stage_schema: ClassVar[str] = "base.schema.yaml"
+
     source: str  # scratch | pretrained
     pretrained: str | None
     trust_remote_code: bool

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.run import RunSettings
@@ -133,6 +134,9 @@ class PromptSourceSettings:
 
 @dataclass
 class DataSettings(RunSettings):
+    stage_schema: ClassVar[str] = "data.schema.yaml"
+    derived_keys: ClassVar[tuple[str, ...]] = ("demonstrations_needed",)
+
     source: str  # synthetic | hf | jsonl | json | parquet
     bad_rows: str  # drop | error
     max_overlap_share: float  # test pairs / held-out prompts repeating training ones: refused above this

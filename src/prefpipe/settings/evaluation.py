@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from prefpipe.settings import schema
 from prefpipe.settings.run import RunSettings
 
 # The benchmark source that means "the data stage's pairs_test.jsonl of the synthetic world"; it exists only when
@@ -64,6 +65,19 @@ class EvalSettings(RunSettings):
     # eval.benchmarks' names in config order, the first being the primary (headline) benchmark. Derived by
     # PipelineSettings, not a config key: the stage's --config JSON has sorted keys, which loses that order.
     benchmark_order: list[str]
+
+    @classmethod
+    def validate_stage(cls, values: dict[str, Any], key: str) -> dict[str, Any]:
+        """The stage's --config holds the whole `eval` section (and data's section map beside it): the section
+        is checked against eval.schema.yaml, its plain benchmark strings first written as entries."""
+        section = values.get("eval")
+        if isinstance(section, dict):
+            values = {
+                **values,
+                "eval": {**section, "benchmarks": benchmark_entries(section.get("benchmarks"))},
+            }
+        schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
+        return values
 
 
 def benchmark_entries(benchmarks: Any) -> Any:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from prefpipe.settings.run import RunSettings
 
@@ -57,6 +57,9 @@ class PolicyEvalSettings:
 
 @dataclass
 class GrpoSettings(RunSettings):
+    stage_schema: ClassVar[str] = "grpo.schema.yaml#/$defs/grpo_run"
+    derived_keys: ClassVar[tuple[str, ...]] = ("run",)
+
     run: str
     steps: int
     validation_prompts: int

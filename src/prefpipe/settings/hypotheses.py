@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.settings.report import Thresholds
 from prefpipe.settings.run import RunSettings
@@ -16,6 +17,9 @@ class HypothesisTest:
 
 @dataclass
 class HypothesesSettings(RunSettings):
+    stage_schema: ClassVar[str] = "grpo.schema.yaml#/$defs/hypotheses"
+    derived_keys: ClassVar[tuple[str, ...]] = ("diagnostics",)
+
     baseline: str
     bootstrap_samples: int
     confidence: float

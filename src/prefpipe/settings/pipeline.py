@@ -2,7 +2,8 @@
 
 The Snakefile builds one `PipelineSettings` from Snakemake's `config` and every rule asks it for what it
 needs (targets, a stage's settings, resources); a stage process gets its stage's settings as JSON and rebuilds
-the same dataclass with `load_stage` (which schema-checks it again, for a stage started by hand). Tests build
+the same dataclass with `from_stage_config` (prefpipe.settings.run; it schema-checks the stage's own keys
+again, for a stage started by hand, against the part each settings class names). Tests build
 theirs through `load_config` + `PipelineSettings`, so nothing anywhere falls back to a value written in code.
 Checks that need a registry of a higher layer (reward heads, verifiers, GRPO reward sources) are not made
 here: prefpipe.config_checks runs them on the built settings.
@@ -19,19 +20,20 @@ from prefpipe.common import model_ref, secrets
 from prefpipe.common.config import ConfigError, check_plain_tree, read_config_file
 from prefpipe.settings import schema
 from prefpipe.settings.ablation import AblationStageSettings
+from prefpipe.settings.ablation_variants import fix_variant_names, with_ablation_variants
 from prefpipe.settings.active import ActiveLearningSettings
 from prefpipe.settings.base import BaseSettings
-from prefpipe.settings.build import from_mapping, to_mapping
+from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
 from prefpipe.settings.merge import check_overlay, deep_merge
 from prefpipe.settings.models import ModelImportSettings
-from prefpipe.settings.names import check_name, check_names
+from prefpipe.settings.names import check_names
 from prefpipe.settings.report import ReportSettings
 from prefpipe.settings.reward import RewardSettings
-from prefpipe.settings.run import RUN_WIDE_KEYS
+from prefpipe.settings.run import RUN_WIDE_KEYS, build_stage
 
 # The working directory's config/config.yaml (a deployed workflow's own), else the checkout's.
 _CWD_CONFIG = Path("config/config.yaml").resolve()
@@ -172,6 +174,7 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(raw.get("eval"), dict):
         raw["eval"]["benchmarks"] = benchmark_entries(raw["eval"].get("benchmarks"))
     schema.validate(raw)  # the whole config once; the stages built from it are not validated again
+    with_ablation_variants(raw)  # reward.variants gains the ablation's variants, derived from its fixes
     return raw
 
 
@@ -216,7 +219,10 @@ def _ablation(
 ) -> AblationStageSettings | None:
     """The ablation stage's settings, or None when it is switched off or has no row to compute (reward.only
     narrowed its variants away). Every variant it names must be a reward.variants key."""
-    own = {k: v for k, v in section.items() if k != "enabled"}  # a workflow switch
+    own = {
+        k: v for k, v in section.items() if k not in ("enabled", "head")
+    }  # a workflow switch; the variants'
+    own["fixes"] = fix_variant_names(section["head"], section["fixes"])  # head type names the fixes' variants
     settings = stage(AblationStageSettings, own, "ablation", variants=trained)
     if not section["enabled"]:
         return None
@@ -331,67 +337,6 @@ def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> Non
             raise ConfigError(f"grpo.hypotheses.tests.{name}.runs holds the baseline {settings.baseline!r}")
 
 
-# The schema part each stage's own keys follow: a stage process checks its --config against it, so a stage
-# started by hand with a hand-written config gets the same checks as one started by the workflow. Beside it, the
-# keys the stage's settings carry that are not config keys of that section (names and values the pipeline
-# derives; dotted for nested ones).
-STAGE_SCHEMAS: dict[type, tuple[str, tuple[str, ...]]] = {
-    DataSettings: ("data.schema.yaml", ("demonstrations_needed",)),
-    BaseSettings: ("base.schema.yaml", ()),
-    ModelImportSettings: ("models.schema.yaml#/$defs/entry", ("name",)),
-    RewardSettings: ("reward.schema.yaml#/$defs/settings", ("variant",)),
-    GrpoSettings: ("grpo.schema.yaml#/$defs/grpo_run", ("run",)),
-    ReportSettings: ("report.schema.yaml", ("ablation.reference", "ablation.broken")),
-    HypothesesSettings: ("grpo.schema.yaml#/$defs/hypotheses", ("diagnostics",)),
-    AblationStageSettings: ("ablation.schema.yaml", ("variants",)),
-    ActiveLearningSettings: ("active_learning.schema.yaml", ("members",)),
-}
-
-
 def load_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
-    """A stage's settings from a mapping that has not been through the config schema (a stage's --config):
-    its own keys schema-checked, then built as `build_stage` builds them."""
-    secrets.check_config(values, key)
-    for name_key in ("experiment", "variant", "run", "name"):
-        if isinstance(values, dict) and isinstance(values.get(name_key), str):
-            check_name(values[name_key], f"{key}.{name_key}")
-    if cls is EvalSettings:
-        section = values.get("eval")
-        if isinstance(section, dict):
-            values = {
-                **values,
-                "eval": {**section, "benchmarks": benchmark_entries(section.get("benchmarks"))},
-            }
-        schema.validate(values.get("eval"), "eval.schema.yaml", f"{key}.eval")
-    else:
-        ref, names = STAGE_SCHEMAS[cls]
-        schema.validate(_without_keys(values, (*RUN_WIDE_KEYS, *names)), ref, key)
-    return build_stage(cls, values, key)
-
-
-def _without_keys(values: Any, keys: tuple[str, ...]) -> Any:
-    """`values` without the given keys (dotted for nested ones): what a stage's --config carries beyond its
-    schema part (run-wide keys, names, values the pipeline derives)."""
-    if not isinstance(values, dict):
-        return values
-    top = {k for k in keys if "." not in k}
-    nested: dict[str, list[str]] = {}
-    for dotted in (k for k in keys if "." in k):
-        head, rest = dotted.split(".", 1)
-        nested.setdefault(head, []).append(rest)
-    return {
-        k: _without_keys(v, tuple(nested[k])) if k in nested else v for k, v in values.items() if k not in top
-    }
-
-
-def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
-    """A stage's typed settings from a schema-valid mapping (every key present, none unknown); runs the
-    checks the schema cannot express."""
-    settings = from_mapping(cls, values, key)
-    check = getattr(settings, "check", None)
-    if check is not None:
-        try:
-            check()
-        except ConfigError as err:
-            raise ConfigError(f"{key}.{err}") from err
-    return settings
+    """`cls.from_stage_config(values, key)` (prefpipe.settings.run): a stage's settings from its --config."""
+    return cls.from_stage_config(values, key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from prefpipe.settings.run import RunSettings
 
@@ -68,6 +69,9 @@ class Thresholds:
 
 @dataclass
 class ReportSettings(RunSettings):
+    stage_schema: ClassVar[str] = "report.schema.yaml"
+    derived_keys: ClassVar[tuple[str, ...]] = ("ablation.reference", "ablation.broken")
+
     title: str | None
     compare: dict[str, str]
     strict: bool

@@ -10,7 +10,7 @@ and again when a model is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from prefpipe.common.config import ConfigError
 from prefpipe.settings.build import to_mapping
@@ -19,14 +19,17 @@ from prefpipe.settings.run import RunSettings
 
 @dataclass
 class BayesSettings:
-    """Bayesian GPM options (read by the bgpm head only); config.yaml's defaults are the design-note fixes."""
+    """Bayesian GPM options (read by the bgpm head only); config.yaml's defaults switch on the five
+    fixes the ablation turns off one at a time (`ablation.fixes`: warmup, klweight, klmean, prior, logvar)."""
 
-    kl_warmup_steps: int  # fix 1: linear KL warm-up (0 = full weight from step 0)
-    max_kl_weight: float  # fix 2: about batch / dataset size
-    kl_mean: str  # fix 3: mean used in the KL: normalized | raw | variance_only
-    prior_variance: float  # fix 4
-    logvar_init_scale: float  # fix 5a: multiplies the logvar half of the head weights at init
-    logvar_init_variance: float | None  # fix 5b: learnable logvar offset starting at log(this); None = none
+    kl_warmup_steps: int  # warmup fix: linear KL warm-up (0 = full weight from step 0)
+    max_kl_weight: float  # klweight fix: about batch / dataset size
+    kl_mean: str  # klmean fix: mean used in the KL: normalized | raw | variance_only
+    prior_variance: float  # prior fix: the N(0, prior_variance I) prior
+    logvar_init_scale: float  # logvar fix (weights): multiplies the logvar half of the head weights at init
+    logvar_init_variance: (
+        float | None
+    )  # logvar fix (offset): learnable logvar offset starting at log(this); None = none
     logvar_clamp: tuple[float, float]
     mc_samples: int  # Monte Carlo samples for P(c > r) in the sanity evaluation
 
@@ -132,6 +135,9 @@ class SanityEvalSettings:
 
 @dataclass
 class RewardSettings(RunSettings):
+    stage_schema: ClassVar[str] = "reward.schema.yaml#/$defs/settings"
+    derived_keys: ClassVar[tuple[str, ...]] = ("variant",)
+
     variant: str
     head: HeadSettings
     backbone: BackboneSettings

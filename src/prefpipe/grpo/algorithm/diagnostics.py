@@ -1,4 +1,4 @@
-"""Per-step numbers that make GRPO failures visible (see the project's seed notes for why each exists):
+"""Per-step numbers that make GRPO failures visible (each names the failure it makes visible):
 
 - rewards: mean/std overall and per function; frac_reward_zero_std (groups with no learning signal)
 - advantages: mean |A| and max |A| (division by a tiny std blows these up)

@@ -93,6 +93,17 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norms: Bat
 
 
 @dataclass
+class TokenLoss:
+    """A micro-batch's loss per token, before aggregation: l_t = w_t * surrogate_t + beta * KL_t."""
+
+    per_token: torch.Tensor  # l_t (gradient flows)
+    surrogate: torch.Tensor  # w_t * surrogate_t
+    kl: torch.Tensor | None  # KL_t (before beta); None when beta == 0
+    clip: dict[str, torch.Tensor]  # ratio, low, high (clipped_surrogate)
+    sampler_weights: torch.Tensor | None  # w_t; None: the policy sampled itself (w_t = 1)
+
+
+@dataclass
 class LossOutput:
     loss: torch.Tensor  # scalar with gradient
     policy_loss: torch.Tensor  # detached aggregated surrogate alone
@@ -100,6 +111,47 @@ class LossOutput:
     clip_low: torch.Tensor  # (B, T) bool
     clip_high: torch.Tensor  # (B, T) bool
     ratio: torch.Tensor  # (B, T) detached
+
+
+def per_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    beta: float,
+    ref_logp: torch.Tensor | None,
+    kl_estimator: str,
+    log_ratio_clamp: float | None,
+    sampler_weights: torch.Tensor | None = None,
+) -> TokenLoss:
+    """Clipped surrogate + beta * per-token KL; ref_logp is required iff beta != 0. `sampler_weights`
+    (detached, per token) weight the surrogate for a separate sampling engine's mismatch
+    (grpo/rollout/engines/correction.py; the KL term is not weighted)."""
+    surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
+    if sampler_weights is not None:
+        surrogate = surrogate * sampler_weights
+    per_token, kl = surrogate, None
+    if not no_kl_term(beta):
+        if ref_logp is None:
+            raise ValueError("grpo.beta != 0 needs reference log-probs")
+        kl = per_token_kl(logp, ref_logp, mask, kl_estimator, log_ratio_clamp)
+        per_token = per_token + beta * kl
+    return TokenLoss(per_token, surrogate, kl, clip, sampler_weights)
+
+
+def aggregate_loss(terms: TokenLoss, mask: torch.Tensor, loss_type: str, norms: BatchNorms) -> LossOutput:
+    """The micro-batch's loss (with gradient) and its detached parts, each aggregated by `loss_type`."""
+    return LossOutput(
+        loss=aggregate(terms.per_token, mask, loss_type, norms),
+        policy_loss=aggregate(terms.surrogate, mask, loss_type, norms).detach(),
+        kl_loss=None if terms.kl is None else aggregate(terms.kl, mask, loss_type, norms).detach(),
+        clip_low=terms.clip["low"],
+        clip_high=terms.clip["high"],
+        ratio=terms.clip["ratio"],
+    )
 
 
 def grpo_loss(
@@ -110,34 +162,7 @@ def grpo_loss(
     norms: BatchNorms,
     *,
     loss_type: str,
-    eps_low: float,
-    eps_high: float,
-    beta: float,
-    ref_logp: torch.Tensor | None,
-    kl_estimator: str,
-    log_ratio_clamp: float | None,
-    sampler_weights: torch.Tensor | None = None,
+    **terms,
 ) -> LossOutput:
-    """Clipped surrogate + beta * per-token KL, aggregated; ref_logp is required iff beta != 0.
-    `sampler_weights` (detached, per token) weight the surrogate for a separate sampling engine's mismatch
-    (grpo/rollout/engines/correction.py; the KL term is not weighted)."""
-    surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
-    if sampler_weights is not None:
-        surrogate = surrogate * sampler_weights
-    per_token = surrogate
-    kl_loss = None
-    if not no_kl_term(beta):
-        if ref_logp is None:
-            raise ValueError("grpo.beta != 0 needs reference log-probs")
-        kl = per_token_kl(logp, ref_logp, mask, kl_estimator, log_ratio_clamp)
-        per_token = per_token + beta * kl
-        kl_loss = aggregate(kl, mask, loss_type, norms).detach()
-    loss = aggregate(per_token, mask, loss_type, norms)
-    return LossOutput(
-        loss=loss,
-        policy_loss=aggregate(surrogate, mask, loss_type, norms).detach(),
-        kl_loss=kl_loss,
-        clip_low=clip["low"],
-        clip_high=clip["high"],
-        ratio=clip["ratio"],
-    )
+    """`per_token_loss` (its keyword arguments in `terms`) aggregated by `loss_type`."""
+    return aggregate_loss(per_token_loss(logp, old_logp, advantages, mask, **terms), mask, loss_type, norms)

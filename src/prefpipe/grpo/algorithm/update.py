@@ -19,7 +19,7 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_span
-from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.algorithm.losses import BatchNorms, TokenLoss, aggregate_loss, per_token_loss
 from prefpipe.grpo.algorithm.master_weights import MasterWeights, needs_master_weights
 from prefpipe.grpo.algorithm.reference import ReferencePolicy
 from prefpipe.grpo.algorithm.spans import PackedSpan, Span, completion_loss_mask, loss_spans, plain_span
@@ -150,21 +150,8 @@ def _iteration(
     for i, mb in enumerate(micro):
         logp, ent = mb.logprobs(learner.policy, s.temperature, with_entropy=first is not None)
         old = old_logp[i] if old_logp[i] is not None else logp.detach()
-        out = grpo_loss(
-            logp,
-            old,
-            batch.advantages[mb.rows],
-            mb.mask,
-            norms,
-            loss_type=s.loss_type,
-            eps_low=s.epsilon_low,
-            eps_high=s.epsilon_high,
-            beta=s.beta,
-            ref_logp=ref_logp[i],
-            kl_estimator=s.kl_estimator,
-            log_ratio_clamp=s.log_ratio_clamp,
-            sampler_weights=_sampler_weights(s, batch.rollout, mb, old),
-        )
+        terms = micro_batch_loss(s, batch.rollout, mb, (logp, old, ref_logp[i]), batch.advantages[mb.rows])
+        out = aggregate_loss(terms, mb.mask, s.loss_type, norms)
         out.loss.backward()
         sums += torch.stack(
             [
@@ -189,6 +176,31 @@ def _sampler_weights(
     sampler = correction.span_sampler_logprobs(mb, rollout.sampler_logprobs, old)
     return correction.importance_weights(
         old, sampler, mb.mask, s.rollout.importance_correction, s.rollout.importance_cap
+    )
+
+
+def micro_batch_loss(
+    s: GrpoSettings,
+    rollout: Rollout,
+    mb: MicroBatch,
+    logprobs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+    advantages: torch.Tensor,
+) -> TokenLoss:
+    """The trainer's per-token loss of one micro-batch from (log pi, log pi_old, log pi_ref): the configured
+    surrogate and KL, weighted for a sampling engine's mismatch. The one-step inspector calls it too."""
+    logp, old, ref_logp = logprobs
+    return per_token_loss(
+        logp,
+        old,
+        advantages,
+        mb.mask,
+        eps_low=s.epsilon_low,
+        eps_high=s.epsilon_high,
+        beta=s.beta,
+        ref_logp=ref_logp,
+        kl_estimator=s.kl_estimator,
+        log_ratio_clamp=s.log_ratio_clamp,
+        sampler_weights=_sampler_weights(s, rollout, mb, old),
     )
 
 

@@ -2,7 +2,8 @@
 (grpo/inspector/table.py recomputes the step from it).
 
 <out>/inspect/step-NNNNNNNN/
-  batch.safetensors    the rollout (prompt/completion ids and masks, truncation), rewards, advantages, reward parts
+  batch.safetensors    the rollout (prompt/completion ids and masks, truncation, the sampling engine's own log-probs
+                       when an engine such as vLLM sampled), rewards, advantages, reward parts
   weights.safetensors  the trainable parameters BEFORE the step's update (what produced the step's loss); left
                        out at step 0 of full fine-tuning, where they are the starting folder's
   batch.json           prompts (id, prompt, answer, kind), decoded completions, reward part names, lora state,
@@ -35,6 +36,7 @@ ROLLOUT_FIELDS = (
     "truncated",
     "prompt_truncated",
 )
+SAMPLER_FIELD = "sampler_logprobs"  # kept only when an engine reported its own log-probs
 
 
 def step_dir(run_dir: str | Path, step: int) -> Path:
@@ -61,6 +63,8 @@ def save_step(
 ) -> Path:
     """Write the batch and the pre-update trainable weights of `step` (before the update runs)."""
     tensors = {name: getattr(rollout, name).detach().cpu().contiguous() for name in ROLLOUT_FIELDS}
+    if rollout.sampler_logprobs is not None:  # a separate engine sampled: its log-probs weight the loss
+        tensors[SAMPLER_FIELD] = rollout.sampler_logprobs.detach().float().cpu().contiguous()
     tensors["rewards"] = rewards.detach().float().cpu().contiguous()
     tensors["advantages"] = advantages.detach().float().cpu().contiguous()
     names = list(parts)
@@ -110,7 +114,11 @@ def load_step(run_dir: str | Path, step: int) -> SavedStep:
         )
     t = load_file(str(folder / "batch.safetensors"))
     record = read_json(folder / "batch.json")
-    rollout = Rollout(**{name: t[name] for name in ROLLOUT_FIELDS}, texts=record["texts"])
+    rollout = Rollout(
+        **{name: t[name] for name in ROLLOUT_FIELDS},
+        texts=record["texts"],
+        sampler_logprobs=t.get(SAMPLER_FIELD),
+    )
     parts = {name: t[f"part_{i}"] for i, name in enumerate(record["parts"])}
     return SavedStep(
         rollout,

@@ -3,11 +3,13 @@ grpo/inspector/save.py kept (prefpipe.inspect_grpo runs it, report/inspect_step_
 
 For every completion and every scored token: the token, whether it carries loss, log pi and log pi_ref, the
 ratio rho = exp(log pi - log pi_old) (1 on the step's first pass, where pi_old = pi), whether the clip is
-active, the advantage, the per-token k3 KL, and the token's contribution to the loss. The contribution is the
-per-token loss l_t = -min(rho A, clip(rho) A) + beta * KL_t times the weight d loss / d l_t of the configured
-aggregation (grpo.loss_type, from the registry in grpo/algorithm/losses.py, taken by autograd): every aggregation is
-linear in the l_t, so the contributions add up to the loss exactly. The spans (micro-batches, masks) are the
-trainer's own (grpo/algorithm/spans.py), so the table's loss is the trainer's first-pass loss for that step.
+active, the advantage, the per-token k3 KL, the sampling engine's importance weight w_t when an engine such as
+vLLM sampled the step, and the token's contribution to the loss. The per-token loss
+l_t = -w_t min(rho A, clip(rho) A) + beta * KL_t is the trainer's own (grpo/algorithm/update.py
+`micro_batch_loss`); the contribution is l_t times the weight d loss / d l_t of the configured aggregation
+(grpo.loss_type, from the registry in grpo/algorithm/losses.py, taken by autograd): every aggregation is linear in
+the l_t, so the contributions add up to the loss exactly. The spans (micro-batches, masks) are the trainer's own
+(grpo/algorithm/spans.py), so the table's loss is the trainer's first-pass loss for that step.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any
 import torch
 
 from prefpipe.grpo.algorithm.advantages import group_advantages
-from prefpipe.grpo.algorithm.losses import BatchNorms, aggregate, clipped_surrogate
+from prefpipe.grpo.algorithm.losses import BatchNorms, aggregate
 from prefpipe.grpo.algorithm.reference import ReferencePolicy
-from prefpipe.grpo.algorithm.spans import Span, loss_spans
+from prefpipe.grpo.algorithm.spans import Span, loss_spans, plain_span
+from prefpipe.grpo.algorithm.update import micro_batch_loss
 from prefpipe.grpo.kl import per_token_kl
-from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.rollout.completions import Rollout
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -40,6 +42,7 @@ class TokenRow:
     clipped: str  # "" | low | high
     advantage: float
     kl_k3: float | None
+    sampler_weight: float | None  # w_t of the engine's importance correction; None: the policy sampled
     loss: float  # per-token loss l_t (0 off the mask)
     contribution: float  # weight * l_t: the token's share of the step loss
 
@@ -86,6 +89,7 @@ class SpanLoss:
     ref: torch.Tensor | None
     clip: dict[str, torch.Tensor]
     k3: torch.Tensor | None
+    weights: torch.Tensor | None  # the sampler's importance weights
     per_token: torch.Tensor
     contribution: torch.Tensor  # d loss / d l_t * l_t
     loss: float
@@ -93,34 +97,34 @@ class SpanLoss:
 
 def _span_loss(
     settings: GrpoSettings,
-    policy: torch.nn.Module,
-    reference: ReferencePolicy | None,
-    inputs: tuple[torch.Tensor, torch.Tensor],
+    learner: tuple[torch.nn.Module, ReferencePolicy | None],
+    rollout: Rollout,
     sp: Span,
     adv: torch.Tensor,
     norms: BatchNorms,
 ) -> SpanLoss:
-    """The trainer's loss on one span, recomputed with its own functions, and each token's weight in it."""
+    """The trainer's loss on one span, computed by its own per-token loss, and each token's weight in it."""
+    policy, reference = learner
+    mb = plain_span(rollout, sp)
     with torch.no_grad():
-        logp = completion_logprobs(policy, *inputs, sp.n_scored, settings.temperature)[0]
-        ref = None
-        if settings.kl_to_reference:
-            ref = reference.logprobs(*inputs, sp.n_scored, settings.temperature)
-    surrogate, clip = clipped_surrogate(
-        logp, logp, adv, sp.mask, settings.epsilon_low, settings.epsilon_high, settings.log_ratio_clamp
-    )
-    per_token = surrogate
-    k3 = None
-    if ref is not None:
-        per_token = per_token + settings.beta * per_token_kl(
-            logp, ref, sp.mask, settings.kl_estimator, settings.log_ratio_clamp
-        )
-        k3 = per_token_kl(logp, ref, sp.mask, "k3", settings.log_ratio_clamp)
-    leaf = per_token.detach().clone().requires_grad_(True)
+        logp = mb.logprobs(policy, settings.temperature)[0]
+        ref = reference.span_logprobs(mb, settings.temperature) if settings.kl_to_reference else None
+    terms = micro_batch_loss(settings, rollout, mb, (logp, logp, ref), adv)  # first pass: pi_old = pi
+    k3 = None if ref is None else per_token_kl(logp, ref, sp.mask, "k3", settings.log_ratio_clamp)
+    leaf = terms.per_token.detach().clone().requires_grad_(True)
     span_loss = aggregate(leaf, sp.mask, settings.loss_type, norms)
     (weight,) = torch.autograd.grad(span_loss, leaf)
-    contribution = weight * per_token.detach()
-    return SpanLoss(logp, ref, clip, k3, per_token, contribution, float(span_loss.detach()))
+    contribution = weight * terms.per_token.detach()
+    return SpanLoss(
+        logp,
+        ref,
+        terms.clip,
+        k3,
+        terms.sampler_weights,
+        terms.per_token,
+        contribution,
+        float(span_loss.detach()),
+    )
 
 
 def _role(rollout: Rollout, sp: Span, r: int, t: int) -> str | None:
@@ -157,6 +161,7 @@ def _token_rows(tokenizer, rollout: Rollout, sp: Span, adv: torch.Tensor, terms:
                     else ("high" if terms.clip["high"][r, t] else ""),
                     advantage=float(adv[r]),
                     kl_k3=None if terms.k3 is None else float(terms.k3[r, t]),
+                    sampler_weight=None if terms.weights is None else float(terms.weights[r, t]),
                     loss=float(terms.per_token[r, t]) * on,
                     contribution=float(terms.contribution[r, t]),
                 )
@@ -183,7 +188,7 @@ def step_table(
     policy.train()  # the trainer scores in train mode
     for sp in spans:
         adv = advantages[sp.rows].float()
-        terms = _span_loss(settings, policy, reference, sp.inputs(rollout), sp, adv, norms)
+        terms = _span_loss(settings, (policy, reference), rollout, sp, adv, norms)
         table.table_loss += terms.loss
         table.tokens += _token_rows(tokenizer, rollout, sp, adv, terms)
     return table

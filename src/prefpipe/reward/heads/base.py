@@ -99,6 +99,14 @@ class RewardHead(nn.Module, ABC):
         penalty reads them). A head without them cannot carry a length head (check_head_settings says so)."""
         raise NotImplementedError(f"the {self.head_type!r} head does not expose its projection rows")
 
+    def linear_reward(self) -> tuple[torch.Tensor, float]:
+        """(w, b) with w . h + b the head's scalar reward on the raw features h, its standardisation folded in
+        (an export writes it as a plain linear score layer). A head whose reward is not one linear map of the
+        features has none; the registry tells which heads override this."""
+        raise NotImplementedError(
+            f"the {self.head_type!r} head's reward is not one linear map of the features"
+        )
+
     # ---------------------------------------------------------------- scoring
     @classmethod
     @abstractmethod

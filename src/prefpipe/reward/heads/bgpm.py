@@ -47,9 +47,10 @@ class BayesianGPMHead(GPMHead):
         self.value_head = nn.Linear(input_size, 2 * dim, bias=False)
         self.dim = dim
         self.clamp = settings.logvar_clamp
-        with torch.no_grad():  # fix 5a: shrink the logvar half so logvar barely depends on the input at init
+        # logvar fix (weights): shrink the logvar half so logvar barely depends on the input at init
+        with torch.no_grad():
             self.value_head.weight[dim:, :].mul_(settings.logvar_init_scale)
-        # fix 5b: the weight scaling alone leaves logvar ~ 0 (variance ~ 1); an offset starting at
+        # logvar fix (offset): the weight scaling alone leaves logvar ~ 0 (variance ~ 1); an offset starting at
         # log(init variance) is what actually gives the intended small initial variance.
         if settings.logvar_init_variance is not None:
             self.logvar_bias = nn.Parameter(torch.full((dim,), math.log(settings.logvar_init_variance)))

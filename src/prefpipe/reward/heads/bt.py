@@ -36,6 +36,15 @@ class BTHead(RewardHead):
     def projection_rows(self) -> torch.Tensor:
         return self.value_head.weight
 
+    def linear_reward(self) -> tuple[torch.Tensor, float]:
+        weight = self.value_head.weight.detach().double()  # (1, F)
+        bias = float(self.value_head.bias.detach().double())
+        norm = self._modules.get("input_norm")
+        if norm is not None:  # w . ((h - mean) * inv_sd) + b = (w * inv_sd) . h + (b - (w * inv_sd) . mean)
+            weight = weight * norm.inv_sd.double()
+            bias -= float((weight * norm.mean.double()).sum())
+        return weight, bias
+
     @classmethod
     def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:
         return out_c["reward"] - out_r["reward"]

@@ -17,6 +17,7 @@ class HeadFacts:
     display: str  # the head's name in a report's sentences
     scalar_reward: bool  # one reward r(x, y) per response (`head.rewards(enc)`); False: pairwise only
     bayesian: bool  # a posterior: compare() returns Var[s], head.bayes options, risk-averse GRPO rewards
+    math: str  # what the head computes, in a sentence or three (an exported model's card)
 
     @property
     def pairwise(self) -> bool:
@@ -26,9 +27,29 @@ class HeadFacts:
 
 # The built-in heads, in the order a report lists them.
 HEAD_FACTS: dict[str, HeadFacts] = {
-    "bt": HeadFacts("BT", scalar_reward=True, bayesian=False),
-    "gpm": HeadFacts("GPM", scalar_reward=False, bayesian=False),
-    "bgpm": HeadFacts("Bayesian GPM", scalar_reward=False, bayesian=True),
+    "bt": HeadFacts(
+        "BT",
+        scalar_reward=True,
+        bayesian=False,
+        math="Bradley-Terry: one reward r(x, y) = w . h + b per response; "
+        "P(a > b | x) = sigmoid((r(a) - r(b)) / tau).",
+    ),
+    "gpm": HeadFacts(
+        "GPM",
+        scalar_reward=False,
+        bayesian=False,
+        math="General Preference Model: an embedding v(y) of 2k numbers per response (unit length when "
+        "normalised) and a prompt gate lambda(x) = k softmax(G h_x / sqrt(H)); s(a > b | x) = sum_l lambda_l "
+        "(a_2l b_2l+1 - a_2l+1 b_2l), skew-symmetric, so preferences may be cyclic; P(a > b | x) = sigmoid(s / tau).",
+    ),
+    "bgpm": HeadFacts(
+        "Bayesian GPM",
+        scalar_reward=False,
+        bayesian=True,
+        math="Bayesian GPM: a diagonal Gaussian posterior N(mean(y), var(y)) over the GPM embedding; "
+        "s(a > b | x) of the means with its closed-form variance, and P(a > b | x) = E[sigmoid(s(a~, b~) / tau)] "
+        "by Monte Carlo over the posterior.",
+    ),
 }
 
 
