@@ -79,6 +79,17 @@ def test_report_rebuilds_from_the_recorded_settings_and_compares_another_folder(
     again = prefpipe("report", str(results), "--out", str(tmp_path / "older"))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "recorded before report key(s) policy_comparison: the current defaults are used" in again.stderr
+    # the workflow's compare check (issue 50): the run itself, or one folder under two names, is refused
+    itself = prefpipe("report", str(results), "--compare", f"self={results}", "--out", str(tmp_path / "self"))
+    assert itself.returncode == 2 and not (tmp_path / "self").exists()
+    assert f"report.compare.self: {results} is this run's own results folder" in itself.stderr
+    twice = [f"a={other}", "--compare", f"b={other}"]
+    doubled = prefpipe("report", str(results), "--compare", *twice, "--out", str(tmp_path / "twice"))
+    assert (
+        doubled.returncode == 2
+        and "report.compare.b" in doubled.stderr
+        and "report.compare.a" in doubled.stderr
+    )
 
 
 def test_report_errors_are_one_line(tmp_path):

@@ -22,6 +22,7 @@ from prefpipe.settings.ablation import AblationStageSettings
 from prefpipe.settings.active import ActiveLearningSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import from_mapping, to_mapping
+from prefpipe.settings.cross_keys import check_cross_keys
 from prefpipe.settings.data import DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
@@ -389,9 +390,10 @@ def build_stage(cls: type[T], values: dict[str, Any], key: str) -> T:
     checks the schema cannot express."""
     settings = from_mapping(cls, values, key)
     check = getattr(settings, "check", None)
-    if check is not None:
-        try:
+    try:
+        if check is not None:
             check()
-        except ConfigError as err:
-            raise ConfigError(f"{key}.{err}") from err
+        check_cross_keys(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{key}.{err}") from err
     return settings
