@@ -36,7 +36,7 @@ CASES = {  # rule -> (overlay, the refused key and value)
             }
         },
         r"head\.length_head\.warmup_steps = 5000 is longer than train\.steps = 20: the length terms would reach "
-        r"only 0% of",
+        r"only 0\.4% of full weight",
     ),
     "grpo_lr_warmup": (
         {"grpo": {"defaults": {"steps": 10, "warmup_steps": 11}}},

@@ -52,7 +52,7 @@ def _warmup(key: str, warmup: int, steps_key: str, steps: int | None, what: str)
     if steps is None or warmup <= steps:
         return None
     return key, (
-        f"{warmup} is longer than {steps_key} = {steps}: {what} would reach only {steps / warmup:.0%} of its "
+        f"{warmup} is longer than {steps_key} = {steps}: {what} would reach only {steps / warmup:.1%} of full "
         f"weight by the last step; use at most {steps} (or more steps)"
     )
 
