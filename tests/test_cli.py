@@ -79,6 +79,17 @@ def test_report_rebuilds_from_the_recorded_settings_and_compares_another_folder(
     again = prefpipe("report", str(results), "--out", str(tmp_path / "older"))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "recorded before report key(s) policy_comparison: the current defaults are used" in again.stderr
+    # the workflow's compare check (issue 50): the run itself, or one folder under two names, is refused
+    itself = prefpipe("report", str(results), "--compare", f"self={results}", "--out", str(tmp_path / "self"))
+    assert itself.returncode == 2 and not (tmp_path / "self").exists()
+    assert f"report.compare.self: {results} is this run's own results folder" in itself.stderr
+    twice = [f"a={other}", "--compare", f"b={other}"]
+    doubled = prefpipe("report", str(results), "--compare", *twice, "--out", str(tmp_path / "twice"))
+    assert (
+        doubled.returncode == 2
+        and "report.compare.b" in doubled.stderr
+        and "report.compare.a" in doubled.stderr
+    )
 
 
 def test_report_errors_are_one_line(tmp_path):
@@ -96,8 +107,25 @@ def test_report_errors_are_one_line(tmp_path):
 
 
 def test_inspect_and_export_run_their_modules(tmp_path):
-    inspect = prefpipe("inspect", str(tmp_path / "no-run"), "--step", "0")
-    assert inspect.returncode == 2 and "no config.json (not a train_grpo output folder)" in inspect.stderr
+    inspect = prefpipe("inspect", str(tmp_path / "no-run"), "--step", "0", "--out", str(tmp_path / "page"))
+    assert inspect.returncode == 2
+    assert f"{tmp_path / 'no-run'}: this is a folder that does not exist, not a GRPO run" in inspect.stderr
     export = prefpipe("export", str(tmp_path / "no-run"), str(tmp_path / "out"))
     assert export.returncode == 2 and export.stderr.startswith("export_reward: ")
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "page").exists()
+
+
+def test_each_command_says_what_kind_of_folder_it_was_given(tmp_path):
+    results = tmp_path / "results"
+    write_results_tree(results, reward_steps=3, grpo_steps=3)
+    reward, grpo = results / "reward" / "bt", results / "grpo" / "gpm-verifier"
+    inspect = prefpipe("inspect", str(reward), "--step", "0", "--out", str(tmp_path / "page"))
+    assert inspect.returncode == 2
+    assert f"{reward}: this is a reward run (train_reward), not a GRPO run" in inspect.stderr
+    export = prefpipe("export", str(grpo), str(tmp_path / "out"))
+    assert export.returncode == 2
+    assert f"{grpo}: this is a GRPO run (train_grpo), not a reward run" in export.stderr
+    report = prefpipe("report", str(reward), "--out", str(tmp_path / "report"))
+    assert report.returncode == 2
+    assert f"{reward}: this is a reward run (train_reward), not a workflow results folder" in report.stderr
+    assert not any((tmp_path / name).exists() for name in ("page", "out", "report"))

@@ -65,8 +65,8 @@ def _run(tmp_path, **over):
 def test_table_loss_equals_the_trainer_loss_of_the_step(tmp_path, over):
     out, trainer = _run(tmp_path, **over)
     for step in (0, 2):
-        assert main([str(out), "--step", str(step)]) == 0
-        page = out / "inspect" / f"step-{step:08d}"
+        page = tmp_path / f"page-{step}"
+        assert main([str(out), "--step", str(step), "--out", str(page)]) == 0
         result = json.loads((page / f"step-{step}.json").read_text())
         logged = trainer.metric_rows[step][LOSS_FIRST_ITERATION]
         if not over:
@@ -90,8 +90,8 @@ def test_table_loss_equals_the_trainer_loss_of_the_step(tmp_path, over):
 def test_with_prompt_mask_puts_prompt_tokens_in_the_table_and_the_metric(tmp_path):
     out, trainer = _run(tmp_path, mask_mode="with_prompt", steps=1, inspect_steps=[0])
     assert trainer.metric_rows[0]["prompt_loss_share"] > 0.3
-    assert main([str(out), "--step", "0"]) == 0
-    result = json.loads((out / "inspect" / "step-00000000" / "step-0.json").read_text())
+    assert main([str(out), "--step", "0", "--out", str(tmp_path / "page")]) == 0
+    result = json.loads((tmp_path / "page" / "step-0.json").read_text())
     assert result["table_loss"] == pytest.approx(trainer.metric_rows[0]["loss"], rel=1e-5, abs=1e-7)
     assert any(t["role"] == "prompt" and t["mask"] for t in result["tokens"])
 

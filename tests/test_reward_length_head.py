@@ -90,7 +90,7 @@ def _numpy_loss(head_type, head, h, lengths, settings, step):
 
 OPTIONS = [
     {},  # ODIN's form (the defaults)
-    {"decorrelation": "squared", "length_scale": "log", "warmup_steps": 10},  # step 3: 0.3 of the weights
+    {"decorrelation": "squared", "length_scale": "log", "warmup_steps": 4},  # step 3: 0.75 of the weights
     {"decorrelation": "squared", "warmup_steps": 2},  # past the ramp: full weights
     {"decorrelation": "covariance", "follow": "residual", "length_scale": "log"},
 ]

@@ -231,3 +231,27 @@ def test_small_sources_still_hold_out_one_pair(tmp_path):
     path = write_lines(tmp_path / "a.jsonl", [json.dumps(r) for r in flat_rows(6, ("s", "s"))][::2])
     train, test, _ = load_pairs({"source": "jsonl", "path": str(path), "test_fraction": 0.05}, "drop", 0)
     assert (len(train), len(test)) == (2, 1)  # round(3 * 0.05) = 0, but a positive fraction holds out one
+
+
+def test_an_empty_middle_turn_is_dropped_and_counted_by_reason(tmp_path):
+    """Issue 50: an empty `content` in a middle turn used to be kept, reading "Assistant: \\n\\nHuman: more"."""
+    good = msgs(("user", "q"), ("assistant", "x"), ("user", "more"))
+    hollow = msgs(("user", "q"), ("assistant", ""), ("user", "more"))
+    blank_question = msgs(("user", " \n"), ("assistant", "x"), ("user", "more"))
+    rows = [
+        {
+            "chosen": [*prefix, {"role": "assistant", "content": "c"}],
+            "rejected": [*prefix, {"role": "assistant", "content": "d"}],
+        }
+        for prefix in (good, hollow, hollow, blank_question)
+    ]
+    write_lines(tmp_path / "m.jsonl", [json.dumps(r) for r in rows])
+    train, _, report = load_pairs(
+        {"source": "jsonl", "path": str(tmp_path / "m.jsonl"), "test_fraction": 0.0}, "drop", 0
+    )
+    assert {k: v for k, v in report["dropped"].items() if v} == {"empty_message": 3}
+    assert [r["prompt"] for r in train] == ["Human: q\n\nAssistant: x\n\nHuman: more"]
+    with pytest.raises(
+        DataError, match=r"row 2: empty_message: chosen\[1\] \(a assistant turn\) has no text"
+    ):
+        load_pairs({"source": "jsonl", "path": str(tmp_path / "m.jsonl"), "format": "messages"}, "error", 0)

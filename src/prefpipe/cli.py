@@ -16,9 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-from prefpipe.common.config import ConfigError, load_config_arg
+from prefpipe.common.config import ConfigError, UserError, load_config_arg
+from prefpipe.common.folder_kind import require_results
 from prefpipe.common.io import read_json
-from prefpipe.report.inputs import Manifest
+from prefpipe.common.outputs import command_output
+from prefpipe.report.inputs import Manifest, compare_roots
 
 REPORT_DIR = "report"  # the workflow's report folder under a results folder
 DEFAULT_OUT = "prefpipe-report"
@@ -95,22 +97,46 @@ def report_manifest(results: Path) -> Manifest:
     return Manifest.listed(results)
 
 
+class StageFailed(Exception):
+    """The stage a command ran exited non-zero (it has said why): its partial output is not kept."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 def run_report(args: argparse.Namespace) -> int:
+    """Build the report into a new folder (prefpipe.common.outputs: never a results tree's stage folder, an
+    input, or a folder another command wrote); --compare goes through the workflow's own check."""
     from prefpipe.report.__main__ import main as report_main
 
     if not args.results.is_dir():
         print(f"prefpipe report: {args.results}: no such folder", file=sys.stderr)
         return 2
     try:
+        require_results(args.results)
         config, manifest = report_settings(args), report_manifest(args.results)
-    except ConfigError as err:
+        roots = compare_roots(config.get("compare") or {}, own=args.results)
+        inputs = [args.results, *roots.values()]
+        with command_output(args.out, "report", inputs) as tmp:
+            argv = [
+                "--config",
+                json.dumps(config),
+                "--results",
+                str(args.results),
+                "--inputs",
+                manifest.to_json(),
+            ]
+            code = report_main([*argv, "--out", str(tmp)])
+            if code != 0:  # the stage said why; nothing is renamed into place
+                raise StageFailed(code)
+    except UserError as err:
         print(f"prefpipe report: {err}", file=sys.stderr)
         return 2
-    argv = ["--config", json.dumps(config), "--results", str(args.results), "--inputs", manifest.to_json()]
-    code = report_main([*argv, "--out", str(args.out)])
-    if code == 0:
-        print(f"{args.out / 'report.html'}")
-    return code
+    except StageFailed as failed:
+        return failed.code
+    print(f"{args.out / 'report.html'}")
+    return 0
 
 
 # name -> (module, summary): subcommands whose arguments are their module's own `parser()`. The modules load

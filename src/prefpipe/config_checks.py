@@ -23,13 +23,20 @@ from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.rewards import answer_reward_keys
 from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
+from prefpipe.settings.dependencies import check_dependencies
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.pipeline import PipelineSettings
 
 
-def checked_pipeline(config: dict[str, Any], threads: int | None = None) -> PipelineSettings:
-    """`PipelineSettings.from_config` followed by `check_registered`."""
-    return check_registered(PipelineSettings.from_config(config, threads))
+def checked_pipeline(
+    config: dict[str, Any], threads: int | None = None, packages: bool = True
+) -> PipelineSettings:
+    """`PipelineSettings.from_config` followed by `check_registered` and, with `packages` (the rules run in
+    this environment), the optional packages the settings need (prefpipe.settings.dependencies)."""
+    settings = check_registered(PipelineSettings.from_config(config, threads))
+    if packages:
+        check_dependencies(settings)
+    return settings
 
 
 def check_registered(settings: PipelineSettings) -> PipelineSettings:

@@ -28,7 +28,11 @@ def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentP
     """The export's arguments (also `prefpipe export`'s, prefpipe.cli)."""
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     p.add_argument("run_dir", help="the reward run's folder (holds model/)")
-    p.add_argument("out_dir", help="the export folder to write (replaced atomically)")
+    p.add_argument(
+        "out_dir",
+        help="the export folder to write: a new folder, or one this export wrote before from the same run "
+        "(never the run, a stage folder of a results tree or a folder holding other files)",
+    )
     p.add_argument(
         "--format", default="auto", choices=FORMS, help="auto: sequence-classification where faithful"
     )
@@ -39,14 +43,16 @@ def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    """The workflow rule's entry: its output is the declared results/reward/<variant>/export folder."""
+    return run(parser().parse_args(argv), in_results=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Export the run `args` name; exit code 0, or 2 after a one-line error."""
+def run(args: argparse.Namespace, in_results: bool = False) -> int:
+    """Export the run `args` name; exit code 0, or 2 after a one-line error. `prefpipe export` runs this with
+    in_results False: its output may not lie in a results tree's stage folders (prefpipe.common.outputs)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        info = export_reward(args.run_dir, args.out_dir, args.format, args.eval_summary)
+        info = export_reward(args.run_dir, args.out_dir, args.format, args.eval_summary, in_results)
     except (ValueError, FileNotFoundError) as err:
         print(f"export_reward: {err}", file=sys.stderr)
         return 2

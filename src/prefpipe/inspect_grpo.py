@@ -6,8 +6,9 @@ the table is recomputed from them and its loss is compared with the loss the tra
 samples a new batch for step N's prompts from a policy (default RUN_DIR/policy, the trained one) against a
 reference (`--reference`, e.g. results/base/model; required when beta > 0): nothing to compare the loss with.
 
-Writes step-N.html, step-N.md and step-N.json (the loss check and every token row) to --out (default: the
-step's inspect folder for a saved step, RUN_DIR/inspect/fresh-N for --fresh). Exit 2 on a user error.
+Writes step-N.html, step-N.md and step-N.json (the loss check and every token row) to --out (default
+prefpipe-inspect/<run>-step-N, or <run>-fresh-N, in the current folder): a new folder, never one inside the
+results tree's stage folders (prefpipe.common.outputs). Exit 2 on a user error.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from pathlib import Path
 import torch
 
 from prefpipe.common.config import UserError
+from prefpipe.common.folder_kind import require_stage
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
+from prefpipe.common.outputs import check_output, command_output
 from prefpipe.grpo.algorithm.reference import ReferencePolicy, build_reference, frozen_copy
 from prefpipe.grpo.inspector import save as inspect_step_save
 from prefpipe.grpo.inspector.table import StepTable, attach_groups, step_table
@@ -34,6 +37,7 @@ from prefpipe.report.markdown import render_markdown
 from prefpipe.settings.grpo import GrpoSettings
 
 log = logging.getLogger("prefpipe.inspect_grpo")
+DEFAULT_OUT = Path("prefpipe-inspect")
 DESCRIPTION = (
     "One GRPO step, token by token: the per-token table of a step the run saved (grpo.inspect_steps), recomputed "
     "from its batch and pre-update weights, with its loss checked against the loss the trainer logged; or, with "
@@ -43,8 +47,7 @@ DESCRIPTION = (
 
 def run_settings(run_dir: Path) -> GrpoSettings:
     path = run_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir}: no config.json (not a train_grpo output folder)")
+    require_stage(run_dir, "train_grpo", "a GRPO run (results/grpo/<run>, a train_grpo output folder)")
     return GrpoSettings.from_stage_config(read_json(path)["config"], str(path))
 
 
@@ -164,7 +167,11 @@ def parser(prog: str = "python -m prefpipe.inspect_grpo") -> argparse.ArgumentPa
         help="--fresh: reward model folder (several: a deep ensemble's members)",
     )
     p.add_argument("--completions", type=int, help="token tables for the first K completions only")
-    p.add_argument("--out", type=Path, help="output folder")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help=f"output folder, new or this command's own (default {DEFAULT_OUT}/<run>-step-N or <run>-fresh-N)",
+    )
     return p
 
 
@@ -175,14 +182,15 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Inspect the step `args` name; exit code 0, or 2 after a one-line user error."""
     setup_logging()
+    mode = "fresh" if args.fresh else "step"
+    out = args.out or DEFAULT_OUT / f"{args.run_dir.name}-{mode}-{args.step}"
+    command = f"inspect{' --fresh' if args.fresh else ''} --step {args.step}"
     try:
+        check_output(out, command, [args.run_dir])  # before any work
         settings = run_settings(args.run_dir)
         table, trainer_loss, source = (fresh if args.fresh else saved)(args, settings)
-        default_out = args.run_dir / inspect_step_save.INSPECT_DIR / f"fresh-{args.step}"
-        if not args.fresh:
-            default_out = inspect_step_save.step_dir(args.run_dir, args.step)
-        out = args.out or default_out
-        write(table, settings, trainer_loss, source, out, args.completions)
+        with command_output(out, command, [args.run_dir]) as tmp:
+            write(table, settings, trainer_loss, source, tmp, args.completions)
     except UserError as err:
         log.error("inspect_grpo: %s", err)
         return 2

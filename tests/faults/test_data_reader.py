@@ -8,6 +8,7 @@ import builtins
 import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 from support.rows import load_pairs
@@ -38,6 +39,16 @@ def test_a_byte_order_mark_costs_no_row(tmp_path):
     as_json.write_bytes(b"\xef\xbb\xbf" + json.dumps(ROWS).encode())
     rows, _ = read_pairs("json", str(as_json), "train", "auto", "drop", "x")
     assert len(rows) == 3
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="no /proc here")
+def test_a_proc_file_is_read_not_called_empty():
+    """/proc files report size 0 but hold text (issue 50): read, and judged by their content."""
+    proc = Path("/proc/self/status")
+    assert proc.stat().st_size == 0
+    with pytest.raises(DataError, match=rf"{KEY}{proc}: row 1: not valid JSON") as info:
+        _read(proc)
+    assert "0 bytes" not in str(info.value)
 
 
 def test_empty_blank_and_wrong_type_files_name_key_file_and_row(tmp_path):

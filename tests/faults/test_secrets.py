@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -31,10 +32,15 @@ OPENAI_STYLE = "sk-FaKeKeyForTests0123456789abcdef"
         ({"wandb": {"project": FAKE_TOKEN}}, "wandb.project"),
         ({"report": {"title": f"run with {OPENAI_STYLE}"}}, "report.title"),
         ({"data": {"prompts": {"instruction": f"api_key={FAKE_TOKEN}"}}}, "data.prompts.instruction"),
+        # user-given names (issue 50): refused at parse time, before they become rule wildcards and log lines
+        ({"eval": {"benchmarks": {FAKE_TOKEN: "synthetic"}}}, "eval.benchmarks (a name in it)"),
+        ({"reward": {"variants": {FAKE_TOKEN: {}}}}, "reward.variants (a name in it)"),
+        ({"report": {"compare": {FAKE_TOKEN: "results_seed1"}}}, "report.compare (a name in it)"),
     ],
 )
 def test_credential_in_config_is_refused_naming_the_key_never_the_value(overlay, key):
-    with pytest.raises(ConfigError, match=rf"^{key.replace('.', r'[.]')}: looks like a credential") as info:
+    escaped = re.escape(key)
+    with pytest.raises(ConfigError, match=rf"^{escaped}: looks like a credential") as info:
         pipeline(overlay)
     assert FAKE_TOKEN not in str(info.value) and OPENAI_STYLE not in str(info.value)
     assert "HF_TOKEN" in str(info.value)
@@ -86,6 +92,16 @@ def test_snakemake_never_records_a_planted_token(tmp_path):
     )
     assert run.returncode != 0 and "wandb.project: looks like a credential" in run.stdout + run.stderr
     assert FAKE_TOKEN not in run.stdout + run.stderr
+    named = tmp_path / "named.yaml"  # a benchmark named like a token (issue 50): refused at the same parse
+    named.write_text(f"eval:\n  benchmarks:\n    {FAKE_TOKEN}: synthetic\n", encoding="utf-8")
+    run = subprocess.run(
+        [*cmd, "--configfile", str(named)], cwd=work, capture_output=True, text=True, timeout=120
+    )
+    assert (
+        run.returncode != 0
+        and "eval.benchmarks (a name in it): looks like a credential" in run.stdout + run.stderr
+    )
+    assert FAKE_TOKEN not in run.stdout + run.stderr and files_containing(work, FAKE_TOKEN) == []
     env = {**os.environ, "HF_TOKEN": FAKE_TOKEN}
     run = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -23,7 +23,14 @@ from prefpipe.report.inputs import Manifest, compare_roots
 # built once. An unknown key, a wrong type or a missing value stops here, before anything runs, naming the key;
 # so does a reward.only that drops a variant some GRPO run needs, or a name no registry knows (a head type, a
 # verifier; prefpipe.config_checks).
-SETTINGS = checked_pipeline(config)
+# The optional packages a setting needs (vllm, gguf, deepspeed) are looked up here, where the rules run, unless
+# the rules get their own software (--software-deployment-method conda / apptainer).
+SETTINGS = checked_pipeline(
+    config,
+    packages=not getattr(
+        getattr(workflow, "deployment_settings", None), "deployment_method", None
+    ),
+)
 # results_dir: results/<experiment> unless a run gives itself another (scripts/seeds.sh)
 RESULTS = SETTINGS.results_dir
 # Another experiment's finished outputs in RESULTS stop the run here, before any job (nothing deleted); with

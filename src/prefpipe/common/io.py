@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from prefpipe.common.config import UserError
+
+log = logging.getLogger(__name__)
 
 # errnos that mean "this output cannot be written here" (full disk or quota, read-only or forbidden folder, file
 # too large, a failing device): the user's to fix, so one line naming the file instead of a traceback.
@@ -90,6 +93,7 @@ def _atomic(path: Path, is_dir: bool) -> Iterator[Path]:
             yield tmp
             output_mode(tmp)  # files the writers created privately (safetensors: 0600) become group-readable
             if is_dir and path.exists():
+                log.info("%s: deleting the earlier folder to put the new one in its place", path)
                 shutil.rmtree(path)
             os.replace(tmp, path)
     finally:

@@ -11,11 +11,14 @@ experiment's stage folders before the first job, and the folder holds one experi
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from prefpipe.common.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 # The stage folders a results folder holds (one level: data/, base/...; two levels: reward/<variant>/...).
 STAGE_FOLDERS = (
@@ -87,4 +90,5 @@ def check(results: str | Path, experiment: str, replace: bool) -> list[Path]:
 def remove(folders: list[Path]) -> None:
     """Delete the stage folders `check` returned (the replaced experiment's finished outputs)."""
     for folder in folders:
+        log.warning("replace_results: deleting %s (another experiment's finished stage folder)", folder)
         shutil.rmtree(folder, ignore_errors=True)

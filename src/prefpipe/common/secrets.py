@@ -101,10 +101,14 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def find_secret(value: Any, key: str) -> str | None:
-    """The dotted key of the first credential-shaped string value in `value` (keys are the schema's business:
-    it refuses every key it does not know, so no config key can hold a credential by its name)."""
+    """The dotted key of the first credential-shaped string in `value`: a value, or a name the user chose (a
+    benchmark, variant, run or model name is a mapping key, and becomes a folder, a rule wildcard and a log
+    line). A credential-shaped name is reported by its mapping's key ("eval.benchmarks (a name in it)"),
+    never by itself."""
     if isinstance(value, dict):
         for k, v in value.items():
+            if redact_text(str(k)) != str(k):
+                return f"{key or 'config'} (a name in it)"
             found = find_secret(v, f"{key}.{k}" if key else str(k))
             if found:
                 return found

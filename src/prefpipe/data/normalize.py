@@ -29,6 +29,7 @@ BAD_REASONS = (
     "unrecognised_shape",  # not an object, wrong field types, no assistant turn, unknown role
     "missing_field",  # a required field is absent or null
     "empty_field",  # a required text is empty or whitespace only
+    "empty_message",  # a message before the reply (a middle turn, or a history's last question) has no text
     "prompt_mismatch",  # chosen and rejected continue different conversations
     "chosen_equals_rejected",  # nothing to prefer
 )
@@ -124,12 +125,23 @@ def message_list(value: Any, key: str, last_role: str) -> list[Message]:
                 "unrecognised_shape", f"{key}[{i}] has role {role!r}, expected one of {list(ROLE_LABELS)}"
             )
         messages.append({"role": role, "content": message["content"]})
+    _check_no_empty_turn(messages, key, last_role)
     if messages[-1]["role"] != last_role:
         raise BadRow(
             "unrecognised_shape",
             f"the last message of {key!r} is from {messages[-1]['role']!r}, not the {last_role}",
         )
     return messages
+
+
+def _check_no_empty_turn(messages: list[Message], key: str, last_role: str) -> None:
+    """An empty message before the reply would read "Assistant: \n\nHuman: ..." in every stage's text: the row
+    is dropped and counted (empty_message). A conversation's final reply is the row's own required text, checked
+    as such (empty_field)."""
+    checked = messages if last_role == "user" else messages[:-1]
+    for i, message in enumerate(checked):
+        if not message["content"].strip():
+            raise BadRow("empty_message", f"{key}[{i}] (a {message['role']} turn) has no text")
 
 
 def history_to_prompt(history: list[tuple[str, str]]) -> str:

@@ -148,8 +148,16 @@ def check_data_file(file: Path, key: str) -> None:
     if not stat.S_ISREG(info.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket or device"
         raise DataError(f"{key}: {file}: is {kind}, not a regular file")
-    if info.st_size == 0:
+    if info.st_size == 0 and not _reads_a_byte(file, key):  # /proc and /sys files report size 0 but hold text
         raise DataError(f"{key}: {file}: is empty (0 bytes)")
+
+
+def _reads_a_byte(file: Path, key: str) -> bool:
+    try:
+        with open(file, "rb") as handle:
+            return bool(handle.read(1))
+    except OSError as err:
+        raise DataError(f"{key}: {file}: cannot be read ({err.strerror or err})") from None
 
 
 def _read_guarded(records: Iterator[RawRecord], file: Path, key: str) -> Iterator[RawRecord]:

@@ -6,7 +6,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
+from prefpipe.common.config import UserError
+from prefpipe.common.folder_kind import kind_of
+from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
+from prefpipe.common.outputs import check_output, command_output
 from prefpipe.export.card import model_card
 from prefpipe.export.head_folder import write_head_folder
 from prefpipe.export.sequence_classification import (
@@ -26,17 +29,28 @@ def _optional_json(path: Path) -> dict[str, Any]:
 
 
 def export_reward(
-    run_dir: str | Path, out_dir: str | Path, form: str = "auto", eval_summary: str | Path | None = None
+    run_dir: str | Path,
+    out_dir: str | Path,
+    form: str = "auto",
+    eval_summary: str | Path | None = None,
+    in_results: bool = False,
 ) -> dict[str, Any]:
     """Write run_dir/model (a prefpipe reward model) to out_dir: AutoModelForSequenceClassification where
     faithful (form auto or sequence-classification; the latter refuses, saying why, where it is not), else the
-    head folder with its loader. Returns what export.json holds."""
+    head folder with its loader. Returns what export.json holds. out_dir follows prefpipe.common.outputs (never
+    the run, a stage folder or a folder another command wrote); `in_results`: the workflow rule's own declared
+    output inside the results tree."""
     from prefpipe.reward.model import load_reward_model
 
     if form not in FORMS:
         raise ValueError(f"--format {form!r}: expected one of {', '.join(FORMS)}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_output(out_dir, "export", [run_dir], in_results)  # before loading the model
     model_dir = run_dir / "model"
+    if not (model_dir / HEAD_CONFIG).is_file():
+        raise UserError(
+            f"{run_dir}: this is {kind_of(run_dir)}, not a reward run (results/reward/<variant>, with model/)"
+        )
     rm = load_reward_model(model_dir)
     reason = why_not_standard(rm)
     if form == "sequence-classification" and reason is not None:
@@ -47,7 +61,7 @@ def export_reward(
     standard = reason is None and form != "head-folder"
     config = _optional_json(run_dir / "config.json").get("config", {})
     model_type = rm.config.model_type
-    with atomic_dir(out_dir) as tmp:
+    with command_output(out_dir, "export", [run_dir], in_results) as tmp:
         info = write_sequence_classification(rm, tmp) if standard else write_head_folder(rm, tmp)
         info |= {
             "source": str(model_dir),

@@ -10,6 +10,7 @@ from prefpipe.common import secrets
 from prefpipe.common.config import ConfigError
 from prefpipe.settings import schema
 from prefpipe.settings.build import from_mapping
+from prefpipe.settings.cross_keys import check_cross_keys
 from prefpipe.settings.names import check_name
 
 S = TypeVar("S", bound="RunSettings")
@@ -86,9 +87,10 @@ def build_stage(cls: type[S], values: dict[str, Any], key: str) -> S:
     checks the schema cannot express."""
     settings = from_mapping(cls, values, key)
     check = getattr(settings, "check", None)
-    if check is not None:
-        try:
+    try:
+        if check is not None:
             check()
-        except ConfigError as err:
-            raise ConfigError(f"{key}.{err}") from err
+        check_cross_keys(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{key}.{err}") from err
     return settings
