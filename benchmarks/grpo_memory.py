@@ -71,7 +71,7 @@ def _policy(case: dict):
     from peft import LoraConfig
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from prefpipe.common.transformers_api import get_peft_model
+    from prefpipe.common.torch_runtime.transformers_api import get_peft_model
 
     cfg = Gemma2Config(
         vocab_size=case["vocab"], hidden_size=case["hidden"], intermediate_size=case["inter"],

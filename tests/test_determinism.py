@@ -13,7 +13,7 @@ from support.rows import write_reward_data
 from support.settings import reward_settings, stage_json
 from support.stages import stage_env
 
-from prefpipe.common.determinism import PINS, cpu_flags, pin_cpu_kernels
+from prefpipe.common.torch_runtime.determinism import PINS, cpu_flags, pin_cpu_kernels
 
 AVX2 = {"avx2", "fma"} <= cpu_flags()
 

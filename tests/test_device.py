@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.device import ran_on, resolve_device
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.torch_runtime.device import ran_on, resolve_device
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts the CPU-only answers")
 

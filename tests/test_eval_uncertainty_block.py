@@ -14,7 +14,7 @@ from support.settings import pipeline, stage_json
 from support.stages import run_main
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.results_owner import finished_outputs
+from prefpipe.common.results.results_owner import finished_outputs
 from prefpipe.eval_ensemble import main as ensemble_main
 from prefpipe.evaluation.calibration import binary_entropy, sigmoid
 from prefpipe.evaluation.uncertainty import aurc, auroc, gaussian_preference

@@ -18,7 +18,7 @@ from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.transformers_api import get_peft_model, output_cache, unwrap_peft
+from prefpipe.common.torch_runtime.transformers_api import get_peft_model, output_cache, unwrap_peft
 from prefpipe.grpo import logprobs as logprobs_module
 from prefpipe.grpo.algorithm.reference import build_reference
 from prefpipe.grpo.algorithm.update import Learner, StepBatch, checkpointed, make_adamw, update

@@ -9,7 +9,7 @@ import logging
 import pytest
 from support.settings import reward_settings
 
-from prefpipe.common.seeding import seed_everything
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import read_pairs
 from prefpipe.reward.sanity_accuracy import pair_accuracy

@@ -1,4 +1,4 @@
-"""transformers' Cache API as prefpipe uses it (prefpipe.common.transformers_api): the KV cache passed under
+"""transformers' Cache API as prefpipe uses it (prefpipe.common.torch_runtime.transformers_api): the KV cache passed under
 the name the model's forward declares, read back from either output field, and a tiny GRPO run whose log
 carries no deprecation warning (every Python warning shown: PYTHONWARNINGS=always; transformers' own
 logger included), full-weight on the fast paths and LoRA on the plain paths."""
@@ -18,7 +18,7 @@ from support.settings import TINY_GRPO_RUN, grpo_settings, stage_json
 from support.stages import stage_argv, stage_env
 from transformers import DynamicCache
 
-from prefpipe.common.transformers_api import cache_kwargs, get_peft_model, output_cache
+from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, get_peft_model, output_cache
 
 
 def _lora(model):
@@ -92,7 +92,7 @@ def test_a_tiny_grpo_run_logs_no_deprecation_warning(grpo_inputs, tmp_path, lora
 
 def test_lora_reward_model_builds_saves_and_loads_without_deprecation_warnings(tmp_path):
     """peft reads a deprecated transformers attribute when it wraps or loads an adapter (reward and GRPO
-    LoRA both go through prefpipe.common.transformers_api)."""
+    LoRA both go through prefpipe.common.torch_runtime.transformers_api)."""
     import warnings
 
     from support.models import lora_reward, save_tiny_base

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from prefpipe.common.config import ConfigError, UserError, load_config_arg
-from prefpipe.common.folder_kind import require_results
 from prefpipe.common.io import read_json
-from prefpipe.common.outputs import command_output
+from prefpipe.common.results.folder_kind import require_results
+from prefpipe.common.results.outputs import command_output
 from prefpipe.report.inputs import Manifest, compare_roots
 
 REPORT_DIR = "report"  # the workflow's report folder under a results folder
@@ -106,7 +106,7 @@ class StageFailed(Exception):
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Build the report into a new folder (prefpipe.common.outputs: never a results tree's stage folder, an
+    """Build the report into a new folder (prefpipe.common.results.outputs: never a results tree's stage folder, an
     input, or a folder another command wrote); --compare goes through the workflow's own check."""
     from prefpipe.report.__main__ import main as report_main
 

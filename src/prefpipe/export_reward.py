@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, in_results: bool = False) -> int:
     """Export the run `args` name; exit code 0, or 2 after a one-line error. `prefpipe export` runs this with
-    in_results False: its output may not lie in a results tree's stage folders (prefpipe.common.outputs)."""
+    in_results False: its output may not lie in a results tree's stage folders (prefpipe.common.results.outputs)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         info = export_reward(args.run_dir, args.out_dir, args.format, args.eval_summary, in_results)

@@ -8,7 +8,7 @@ reference (`--reference`, e.g. results/base/model; required when beta > 0): noth
 
 Writes step-N.html, step-N.md and step-N.json (the loss check and every token row) to --out (default
 prefpipe-inspect/<run>-step-N, or <run>-fresh-N, in the current folder): a new folder, never one inside the
-results tree's stage folders (prefpipe.common.outputs). Exit 2 on a user error.
+results tree's stage folders (prefpipe.common.results.outputs). Exit 2 on a user error.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from prefpipe.common.config import UserError
-from prefpipe.common.folder_kind import require_stage
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
-from prefpipe.common.outputs import check_output, command_output
+from prefpipe.common.results.folder_kind import require_stage
+from prefpipe.common.results.outputs import check_output, command_output
 from prefpipe.grpo.algorithm.reference import ReferencePolicy, build_reference, frozen_copy
 from prefpipe.grpo.inspector import save as inspect_step_save
 from prefpipe.grpo.inspector.table import StepTable, attach_groups, step_table

@@ -1,4 +1,4 @@
-"""No `prefpipe` command deletes or overwrites what it did not write (issue 50, item 1; prefpipe.common.outputs).
+"""No `prefpipe` command deletes or overwrites what it did not write (issue 50, item 1; prefpipe.common.results.outputs).
 
 Each command (report, export, inspect) is pointed at its input, at a stage folder, at its own results tree, at
 another experiment's results tree and at an unrelated non-empty folder: it exits 2 with one message naming the
@@ -20,7 +20,7 @@ from support.settings import report_settings, stage_json
 from support.stages import run_main
 
 from prefpipe.cli import main as prefpipe
-from prefpipe.common.outputs import MARKER
+from prefpipe.common.results.outputs import MARKER
 from prefpipe.report.__main__ import main as report_stage
 
 

@@ -78,7 +78,16 @@ def test_each_rule_refuses_in_one_line_naming_the_key(rule):
 
 
 def test_every_settings_class_with_rules_has_a_case():
-    assert {cls.__name__ for cls in RULES} == {
+    """RULES is keyed by class name (settings.run calls it, so it cannot import the classes): every name is a
+    stage settings class that exists."""
+    import prefpipe.settings.pipeline  # noqa: F401  (imports every stage settings class)
+    from prefpipe.settings.run import RunSettings
+
+    def subclasses(cls):
+        return {c.__name__ for c in cls.__subclasses__()} | {n for c in cls.__subclasses__() for n in subclasses(c)}
+
+    assert set(RULES) <= subclasses(RunSettings)
+    assert set(RULES) == {
         "RewardSettings",
         "GrpoSettings",
         "BaseSettings",

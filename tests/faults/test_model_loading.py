@@ -14,7 +14,7 @@ from support.settings import base_settings, grpo_settings, reward_settings, stag
 from support.stages import run_main
 
 from prefpipe import build_base, train_grpo, train_reward
-from prefpipe.common.model_errors import ModelLoadError
+from prefpipe.common.torch_runtime.model_errors import ModelLoadError
 from prefpipe.reward.model import load_reward_model, save_reward_model
 
 

@@ -16,8 +16,8 @@ import torch
 from prefpipe.active.labelled import TEST, labelled_ids, pool_ids, training_rows
 from prefpipe.active.select import SCORE, TAU, VARIANCE
 from prefpipe.common.chat import conversation
-from prefpipe.common.device import resolve_device
 from prefpipe.common.io import atomic_file, read_jsonl
+from prefpipe.common.torch_runtime.device import resolve_device
 from prefpipe.evaluation.pair_scoring import score_pairs
 from prefpipe.reward.model import load_reward_model
 from prefpipe.settings.active import ActiveLearningSettings

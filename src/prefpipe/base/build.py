@@ -16,11 +16,11 @@ from prefpipe.base.sft import encode_demonstrations, train_sft
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common import model_ref
 from prefpipe.common.config import ConfigError
-from prefpipe.common.device import resolve_device
 from prefpipe.common.io import atomic_dir, read_jsonl, write_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.seeding import seed_everything
 from prefpipe.common.stage import PathArg, check_path
+from prefpipe.common.torch_runtime.device import resolve_device
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import to_mapping
 

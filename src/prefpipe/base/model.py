@@ -11,7 +11,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from prefpipe.base.tokenizer import PAD
 from prefpipe.common.config import ConfigError
-from prefpipe.common.model_errors import model_load
+from prefpipe.common.torch_runtime.model_errors import model_load
 from prefpipe.settings.base import TinyLlamaSettings
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prefpipe.common.determinism import cpu_kernel_facts
 from prefpipe.common.io import atomic_write_json, to_jsonable, writing
 from prefpipe.common.secrets import redact, redact_argv, redact_values
+from prefpipe.common.torch_runtime.determinism import cpu_kernel_facts
 from prefpipe.common.tracking import WandbIdentity, wandb_identity
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class RunRecord:
         never imported torch: data prep, the report), so a GPU run shows per stage that it ran on CUDA."""
         used: dict[str, Any] = {"device": "cpu", "torch": False}
         if "torch" in sys.modules:
-            from prefpipe.common.device import ran_on
+            from prefpipe.common.torch_runtime.device import ran_on
 
             used = ran_on()
         atomic_write_json(self.out_dir / "versions.json", {**self.versions, "ran_on": used})

@@ -8,7 +8,7 @@
 - Path arguments are declared with what they must be (`PathArg(kind=...)`); a missing folder, a missing file or a
   folder that is not a model stops the stage before it starts.
 - The hub and wandb are offline unless the environment says otherwise (HF_HUB_OFFLINE, WANDB_MODE).
-- The CPU kernels are pinned (ATEN_CPU_CAPABILITY, MKL_CBWR; prefpipe.common.determinism) unless the
+- The CPU kernels are pinned (ATEN_CPU_CAPABILITY, MKL_CBWR; prefpipe.common.torch_runtime.determinism) unless the
   environment sets them, so one seed gives the same bits on every x86-64 CPU with AVX2.
 - Exit codes: 0 done; 2 a user error (bad config value, path, data or model folder) reported in one line
   naming it; 143 / 130 stopped by SIGTERM / SIGINT (Ctrl-C), after a checkpoint when training was under way
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from prefpipe.common.config import UserError, load_config_arg
-from prefpipe.common.determinism import pin_cpu_kernels
 from prefpipe.common.interrupts import (
     STOP_SIGNALS,
     StageInterrupted,
@@ -38,6 +37,7 @@ from prefpipe.common.interrupts import (
     raise_on_stop_signals,
 )
 from prefpipe.common.logs import setup_logging
+from prefpipe.common.torch_runtime.determinism import pin_cpu_kernels
 
 
 class StageSettings(Protocol):

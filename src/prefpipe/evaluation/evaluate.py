@@ -25,7 +25,7 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_write_json, read_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.secrets import redact_values
-from prefpipe.common.seeding import seed_everything
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.data.normalize import benchmark_prompt_overlap, check_overlap
 from prefpipe.evaluation.bench_data import (
     DATA_STAGE_SOURCES,
@@ -61,7 +61,7 @@ def run(settings: EvalSettings, args: argparse.Namespace) -> dict[str, Any]:
     """Load the reward model in --model and evaluate it on every configured benchmark."""
     import torch
 
-    from prefpipe.common.device import resolve_device
+    from prefpipe.common.torch_runtime.device import resolve_device
     from prefpipe.reward.model import load_finetuned_head, load_reward_model
 
     seed_everything(settings.seed)

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from prefpipe.common.config import UserError
-from prefpipe.common.folder_kind import kind_of
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
-from prefpipe.common.outputs import check_output, command_output
+from prefpipe.common.results.folder_kind import kind_of
+from prefpipe.common.results.outputs import check_output, command_output
 from prefpipe.export.card import model_card
 from prefpipe.export.head_folder import write_head_folder
 from prefpipe.export.sequence_classification import (
@@ -37,7 +37,7 @@ def export_reward(
 ) -> dict[str, Any]:
     """Write run_dir/model (a prefpipe reward model) to out_dir: AutoModelForSequenceClassification where
     faithful (form auto or sequence-classification; the latter refuses, saying why, where it is not), else the
-    head folder with its loader. Returns what export.json holds. out_dir follows prefpipe.common.outputs (never
+    head folder with its loader. Returns what export.json holds. out_dir follows prefpipe.common.results.outputs (never
     the run, a stage folder or a folder another command wrote); `in_results`: the workflow rule's own declared
     output inside the results tree."""
     from prefpipe.reward.model import load_reward_model

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
-from prefpipe.common.model_errors import model_load
-from prefpipe.common.transformers_api import get_peft_model, load_peft_adapter
+from prefpipe.common.torch_runtime.model_errors import model_load
+from prefpipe.common.torch_runtime.transformers_api import get_peft_model, load_peft_adapter
 from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

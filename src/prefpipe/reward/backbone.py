@@ -20,8 +20,12 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.model_errors import model_load
-from prefpipe.common.transformers_api import get_peft_model, set_activation_checkpointing, unwrap_peft
+from prefpipe.common.torch_runtime.model_errors import model_load
+from prefpipe.common.torch_runtime.transformers_api import (
+    get_peft_model,
+    set_activation_checkpointing,
+    unwrap_peft,
+)
 from prefpipe.settings.reward import BackboneSettings, LoraSettings
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from prefpipe.common.io import atomic_dir, atomic_write_json, read_json
-from prefpipe.common.model_errors import model_load
-from prefpipe.common.transformers_api import load_peft_adapter
+from prefpipe.common.torch_runtime.model_errors import model_load
+from prefpipe.common.torch_runtime.transformers_api import load_peft_adapter
 from prefpipe.reward import backbone as bb
 from prefpipe.reward import likelihood
 from prefpipe.reward.heads.base import RewardHead

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from accelerate.utils import DistributedType
 
-from prefpipe.common.device import resolve_device
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.seeding import seed_everything
+from prefpipe.common.torch_runtime.device import resolve_device
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.reward.length_balance import balance_by_length
 from prefpipe.reward.model import build_reward_model, load_reward_model, save_reward_model
 from prefpipe.reward.pairs import pairs_digest, read_pairs

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.transformers_api import set_activation_checkpointing, unwrap_peft
+from prefpipe.common.torch_runtime.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.algorithm.losses import BatchNorms, TokenLoss, aggregate_loss, per_token_loss

@@ -19,8 +19,8 @@ import torch
 from prefpipe.common.chat import conversation
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.seeding import seed_everything
 from prefpipe.common.stats import paired_difference
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.generation.rl_prompts import NOT_APPLICABLE, has_answers
 from prefpipe.grpo.analyses.paired import BASE, TRAINED, correct_key
 from prefpipe.grpo.metric_names import (

@@ -19,7 +19,7 @@ import torch
 from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
 from prefpipe.common.run_record import RunRecord
-from prefpipe.common.seeding import seed_everything
+from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.generation.rl_prompts import has_answers
 from prefpipe.grpo.algorithm.train_state import run_fingerprint
 from prefpipe.grpo.data_parallel import DataParallel

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from prefpipe.common.transformers_api import cache_kwargs, output_cache
+from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.logprobs import position_ids_from_mask, token_logprobs
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_dir, atomic_write_json
-from prefpipe.common.results_owner import STAGE_FOLDERS
+from prefpipe.common.results.results_owner import STAGE_FOLDERS
 
 log = logging.getLogger(__name__)
 MARKER = ".prefpipe-output.json"

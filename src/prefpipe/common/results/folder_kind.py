@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from prefpipe.common.config import UserError
-from prefpipe.common.outputs import MARKER, is_results_tree
+from prefpipe.common.results.outputs import MARKER, is_results_tree
 
 # stage name (the run record's "stage") -> what a person calls its folder
 STAGE_KINDS = {
