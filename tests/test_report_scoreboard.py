@@ -17,6 +17,8 @@ from support.results_tree import manifest, write_results_tree
 from support.scoreboard import head_cells, paired_change
 from support.settings import report_settings
 
+from prefpipe.evaluation.length_control import LENGTH_CONTROLLED_KEY
+from prefpipe.evaluation.length_split import LENGTH_SPLIT_KEY
 from prefpipe.report.document import Board, Claims
 from prefpipe.report.html import render_html
 from prefpipe.report.inputs import Manifest
@@ -171,3 +173,23 @@ def test_a_seeds_comparison_shows_mean_and_sd_over_the_trees(tmp_path):
         and cell.mark == "improved"
     )
     assert runs["gpm-verifier"]["Hacked"].text == "0/3 trees"
+
+
+def test_the_length_controlled_accuracy_is_a_column_where_recorded(tmp_path):
+    """Each head's length-controlled accuracy as its eval summary records it, beside the other figures; the
+    highest marked."""
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=4, grpo_steps=4)
+    recorded = {"bt": (0.61, 0.55, 0.67), "gpm": (0.80, 0.76, 0.84), "bgpm": (0.78, 0.74, 0.82)}
+    for head, (acc, lo, hi) in recorded.items():
+        path = root / "eval" / head / "summary.json"
+        summary = json.loads(path.read_text())
+        for block in (summary, summary["benchmarks"]["synthetic"]):
+            block[LENGTH_SPLIT_KEY] = {}
+            block[LENGTH_CONTROLLED_KEY] = {"accuracy": acc, "ci95": [lo, hi]}
+        path.write_text(json.dumps(summary))
+    heads = _rows(_boards(_doc(root))["scoreboard-heads"])
+    for head, (acc, lo, hi) in recorded.items():
+        assert heads[head]["Length-controlled"].text == f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+        assert heads[head]["Length-controlled"].anchor == "length-bias"
+    assert heads["gpm"]["Length-controlled"].mark == "best_unresolved"  # bgpm's interval reaches 76
