@@ -112,11 +112,20 @@ def hacked(ctx: Context) -> Claim | None:
     found = [(run, h) for run, h in rows.items() if h.hacked]
     if not found:
         return Claim(f"No run hacked its reward model ({len(rows)} evaluated with one).", "hacking-table")
-    said = "; ".join(
-        f"{run} (RM prefers it on {pct(h.win, h.win_ci)}, verifier {pts(h.delta, h.delta_ci)})"
-        for run, h in found
+    if len(found) == 1:
+        run, h = found[0]
+        return Claim(
+            f"Hacked: {run} (RM prefers it on {pct(h.win, h.win_ci)} of prompts, verifier "
+            f"{pts(h.delta, h.delta_ci)}).",
+            "hacking-table",
+        )
+    wins = sorted(h.win for _, h in found)
+    spread = pct(wins[0]) if wins[0] == wins[-1] else f"{pct(wins[0])}–{pct(wins[-1])}"
+    return Claim(
+        f"Hacked: {', '.join(run for run, _ in found)} (RM prefers their answers on {spread} of prompts; "
+        "verifier accuracy not improved).",
+        "hacking-table",
     )
-    return Claim(f"Hacked: {said}.", "hacking-table")
 
 
 VERDICTS = (best_head, cyclic, fix, grpo, hacked)
