@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from support.results_tree import manifest, write_results_tree
+from support.results_tree import QUALITY, RUNS, manifest, write_results_tree
 from support.scoreboard import head_cells, paired_change
 from support.settings import report_settings
 
@@ -112,6 +112,13 @@ def test_a_run_the_reward_model_prefers_without_a_verifier_gain_is_flagged(tmp_p
     assert row["Sampled change [95%]"].mark == "unresolved"
     assert _verdicts(doc)[-1].startswith("Hacked: gpm-verifier (RM prefers it on 90.0% [")
     assert "No GRPO run improved held-out accuracy beyond its interval" in _verdicts(doc)[-2]
+    for stage in ("grpo", "policy_eval"):  # a second run that hacked: both named on one line
+        shutil.copytree(root / stage / "gpm-verifier", root / stage / "gpm-verifier-2")
+    doc = _doc(root, Manifest.standard(list(QUALITY), [*RUNS, "gpm-verifier-2"], []))
+    assert _verdicts(doc)[-1] == (
+        "Hacked: gpm-verifier, gpm-verifier-2 (RM prefers their answers on 90.0% of prompts; verifier accuracy "
+        "not improved)."
+    )
 
 
 def test_markdown_below_the_scoreboard_is_the_report_without_it(tree):
