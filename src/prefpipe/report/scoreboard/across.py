@@ -94,7 +94,7 @@ def runs_board(ctx: Context) -> Board | None:
     if all(r[-1].text == runs.NO_RM for r in rows):  # no run evaluated with a reward model
         columns, rows = columns[:-1], [r[:-1] for r in rows]
     return Board(
-        f"GRPO runs: held-out accuracy, trained − base (points), {NOTE}",
+        "GRPO runs: held-out accuracy, trained − base (points), mean ± sd over trees",
         columns,
         rows,
         f"▲ / ▼: every tree's interval above / below 0; ≈ otherwise. ⚠ {runs.HACKED_RULE} (in that many trees).",
