@@ -180,6 +180,16 @@ def test_a_seeds_comparison_shows_mean_and_sd_over_the_trees(tmp_path):
         and cell.mark == "improved"
     )
     assert runs["gpm-verifier"]["Hacked"].text == "0/3 trees"
+    verdict = _verdicts(doc)[0]  # the best head read over the trees: ahead of the runner-up in each of them
+    overall = {
+        head: [json.loads((t / "eval" / head / "summary.json").read_text())["overall"] for t in trees]
+        for head in ("gpm", "bgpm")
+    }
+    ahead = sum(g > b for g, b in zip(overall["gpm"], overall["bgpm"], strict=True))
+    assert (
+        verdict.startswith("Best head on synthetic over 3 trees: gpm ")
+        and f"in {ahead} of 3 trees" in verdict
+    )
 
 
 def test_the_length_controlled_accuracy_is_a_column_where_recorded(tmp_path):

@@ -20,8 +20,9 @@ def build(ctx: Context) -> Section | None:
     blocks: list = [b for b in boards if b is not None]
     found = verdicts.build(ctx)
     if found and ctx.others:
+        where = f"this run's tree ({ctx.tree.name}, seed {ctx.tree.seed})"
         blocks.append(
-            Paragraph(f"Verdicts on this run's tree ({ctx.tree.name}, seed {ctx.tree.seed}):", "note")
+            Paragraph(f"Verdicts: the best head over the compared trees, the rest on {where}:", "note")
         )
     if found:
         blocks.append(Claims(found))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prefpipe.common.stats import mean_sd
 from prefpipe.report import frames, seed_stats
-from prefpipe.report.document import Board, Cell
+from prefpipe.report.document import Board, Cell, Claim
 from prefpipe.report.scoreboard import heads, runs
 from prefpipe.report.scoreboard.marks import Value, best_marks, cells, side_mark
 from prefpipe.report.sections import Context, compare
@@ -99,4 +99,24 @@ def runs_board(ctx: Context) -> Board | None:
         rows,
         f"▲ / ▼: every tree's interval above / below 0; ≈ otherwise. ⚠ {runs.HACKED_RULE} (in that many trees).",
         anchor="scoreboard-runs",
+    )
+
+
+def best_head(ctx: Context) -> Claim | None:
+    """The head with the best mean Overall over this experiment's trees, and in how many of the trees that
+    have both it is ahead of the runner-up (by mean): with a few seeds, all of them or not resolved."""
+    members = by_experiment(ctx)[ctx.tree.experiment]
+    bench, stats = compare.experiment_figures(ctx, members)
+    means = {v: stats[(v, frames.OVERALL)] for v in heads.heads(ctx) if (v, frames.OVERALL) in stats}
+    if len(means) < 2:
+        return None
+    best, runner = sorted(means, key=lambda v: -means[v]["mean"])[:2]
+    per_tree = [seed_stats.tree_figures(t, bench) for t in members]
+    both = [f for f in per_tree if (best, frames.OVERALL) in f and (runner, frames.OVERALL) in f]
+    ahead = sum(f[(best, frames.OVERALL)] > f[(runner, frames.OVERALL)] for f in both)
+    how = "resolved" if both and ahead == len(both) else "not resolved"
+    return Claim(
+        f"Best head on {bench} over {len(members)} trees: {best} {seed_stats.cell(means[best])}, ahead of "
+        f"{runner} {seed_stats.cell(means[runner])} in {ahead} of {len(both)} trees ({how}).",
+        "compare-table",
     )

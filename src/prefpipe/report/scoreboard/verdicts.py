@@ -10,7 +10,7 @@ from prefpipe.evaluation.summary_keys import MOST_IMPORTANT, ROWS
 from prefpipe.grpo import metric_names as gm
 from prefpipe.report import frames
 from prefpipe.report.document import Claim
-from prefpipe.report.scoreboard import heads, runs
+from prefpipe.report.scoreboard import across, heads, runs
 from prefpipe.report.sections import Context, ablation, rewardbench
 from prefpipe.report.stats import pct, pts
 
@@ -132,4 +132,6 @@ VERDICTS = (best_head, cyclic, fix, grpo, hacked)
 
 
 def build(ctx: Context) -> list[Claim]:
-    return [c for verdict in VERDICTS if (c := verdict(ctx)) is not None][:5]
+    """The verdicts; in a comparison the best head is read over this experiment's trees (across.best_head)."""
+    first = across.best_head if ctx.others else best_head
+    return [c for verdict in (first, *VERDICTS[1:]) if (c := verdict(ctx)) is not None][:5]
