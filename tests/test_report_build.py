@@ -233,7 +233,7 @@ def test_without_its_broken_variant_the_ablation_names_the_farthest_one_for_what
     section = md.split("## Bayesian GPM ablation", 1)[1].split("\n## ", 1)[0]
     assert "every fix off" not in md
     assert "the variant farthest from bgpm in settings (no broken variant trained)" in section
-    answers = md.split("\n## ", 2)[1]
+    answers = md.split("\n## Answers\n", 1)[1].split("\n## ", 1)[0]
     assert "Bayesian fixes vs bgpm-broken+" in answers and "farthest from bgpm in settings" in answers
 
     full = tmp_path / "full"

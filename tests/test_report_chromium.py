@@ -1,6 +1,7 @@
 """Open the report in headless Chromium the way people see it: at 1366x768 and 1920x1080 nothing overflows the
-width (the page or any table), every image decodes, and the answers sit on the first screen (a control page with
-a too-wide table shows the check fails). With the network blocked, the page requests nothing from any host
+width (the page or any table), every image decodes, and the scoreboard with its verdicts sits on the first screen,
+its figures as the browser shows them equal to the summaries' (a control page with a too-wide table, and one with
+the scoreboard pushed down, show the checks fail). With the network blocked, the page requests nothing from any host
 (Chromium's own net log, with a page that does make requests as a control).
 
 Chromium: nothing here installs it; `sudo bash scripts/ci_system_deps.sh` does (CI runs it in .ci/run). Without it
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from support.results_tree import manifest, write_results_tree
+from support.scoreboard import head_cells, unmarked
 from support.settings import report_settings
 
 from prefpipe.report.write import build
@@ -161,11 +163,13 @@ def test_net_log_check_catches_a_page_that_fetches(browser, tmp_path):
 
 PROBE = """<script>
 window.addEventListener('load', () => {
-  const answers = document.getElementById('answers');
-  const box = answers ? answers.getBoundingClientRect() : null;
+  const board = document.getElementById('scoreboard');
+  const box = board ? board.getBoundingClientRect() : null;
   const result = {
     scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
-    innerHeight: window.innerHeight, answersBottom: box ? box.bottom : null, answersTop: box ? box.top : null,
+    innerHeight: window.innerHeight, boardBottom: box ? box.bottom : null, boardTop: box ? box.top : null,
+    boards: [...document.querySelectorAll('table.board')].map(t => [...t.rows].map(
+      r => [...r.cells].map(c => c.textContent))),
     wideTables: [...document.querySelectorAll('.tablewrap')].filter(e => e.scrollWidth > e.clientWidth + 1).length,
     badImages: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).length,
     images: document.images.length,
@@ -206,19 +210,42 @@ def layout(browser: str, page: Path, size: tuple[int, int], work: Path) -> dict:
 
 
 def check_layout(facts: dict) -> None:
-    """What people see: no horizontal overflow, no table wider than its box, every image drawn, answers on
-    the first screen."""
+    """What people see: no horizontal overflow, no table wider than its box, every image drawn, the scoreboard
+    (its tables and verdicts) on the first screen."""
     assert facts["scrollWidth"] <= facts["innerWidth"], f"page overflows: {facts}"
     assert facts["wideTables"] == 0, f"{facts['wideTables']} table(s) wider than the page: {facts}"
     assert facts["images"] > 0 and facts["badImages"] == 0, f"missing or empty images: {facts}"
-    assert facts["answersBottom"] is not None and facts["answersBottom"] <= facts["innerHeight"], (
-        f"answers not within the first screen: {facts}"
+    assert facts["boardBottom"] is not None and facts["boardBottom"] <= facts["innerHeight"], (
+        f"scoreboard not within the first screen: {facts}"
     )
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_report_fits_the_screen_with_answers_first(browser, report, size, tmp_path):
+def test_report_fits_the_screen_with_the_scoreboard_first(browser, report, size, tmp_path):
     check_layout(layout(browser, report, size, tmp_path))
+
+
+def test_the_scoreboard_shows_the_summaries_figures(browser, report, tmp_path):
+    """The heads board as Chromium renders it (text content of each cell) holds each head's figures as the
+    evaluation summaries record them (computed from the files, not by the report's code)."""
+    facts = layout(browser, report, SIZES[0], tmp_path)
+    header, *rows = facts["boards"][0]
+    assert header[0] == "Head" and len(rows) == 3
+    results = report.parents[1]
+    for row in rows:
+        shown = dict(zip(header[1:], (unmarked(c) for c in row[1:]), strict=True))
+        assert shown == head_cells(results, row[0]), row[0]
+
+
+def test_fold_check_fails_when_the_scoreboard_is_pushed_below_it(browser, report, tmp_path):
+    tall = '<div style="height: 900px">spacer</div>'
+    page = report.with_name("report_pushed.html")
+    page.write_text(
+        report.read_text(encoding="utf-8").replace("<body>", "<body>" + tall, 1), encoding="utf-8"
+    )
+    facts = layout(browser, page, SIZES[0], tmp_path)
+    with pytest.raises(AssertionError, match="scoreboard not within the first screen"):
+        check_layout(facts)
 
 
 def test_layout_check_fails_on_a_table_wider_than_the_page(browser, report, tmp_path):

@@ -180,13 +180,15 @@ def test_report_figures_exist_and_are_the_ones_it_shows(tiny_run):
     assert tiny_run["html"].count('src="data:image/png;base64,') == len(FIGURES)
 
 
-def test_report_opens_with_the_answers(tiny_run):
+def test_report_opens_with_the_scoreboard_then_the_answers(tiny_run):
     md, html = tiny_run["md"], tiny_run["html"]
     headings = [line[3:] for line in md.splitlines() if line.startswith("## ")]
-    assert headings[0] == "Answers" and "Reward models on the benchmarks" in headings
-    contents = [line for line in md.split("\n## ", 1)[0].splitlines() if re.match(r"\d+\. \[", line)]
-    assert contents[0] == "1. [Answers](#answers)" and len(contents) == len(headings)
-    assert html.index('id="answers"') < html.index('id="rewardbench"') < html.index('id="policy"')
+    # the scoreboard first, above the contents (not numbered among them), then the answers
+    assert headings[:2] == ["Scoreboard", "Answers"] and "Reward models on the benchmarks" in headings
+    contents = [line for line in md.split("\n## Answers\n", 1)[0].splitlines() if re.match(r"\d+\. \[", line)]
+    assert contents[0] == "1. [Answers](#answers)" and len(contents) == len(headings) - 1
+    assert html.index('id="scoreboard"') < html.index('id="answers"') < html.index('id="rewardbench"')
+    assert html.index('id="rewardbench"') < html.index('id="policy"')
     answers = _answers(tiny_run)
     assert answers and all(a.endswith(")") and "([details](#" in a for a in answers)
 

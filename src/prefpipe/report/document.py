@@ -80,6 +80,55 @@ class Claims:
     items: list[Claim]
 
 
+# Scoreboard marks: a symbol (and weight, in both renderers) besides any colour, so each reads in grey scale.
+MARKS = {
+    "best": "★",  # best in its column
+    "best_unresolved": "☆",  # best in its column, but the runner-up's interval overlaps it
+    "improved": "▲",  # interval above 0
+    "unresolved": "≈",  # interval contains 0
+    "worse": "▼",  # interval below 0
+    "flag": "⚠",  # hacked
+}
+
+
+@dataclass
+class Cell:
+    """One scoreboard cell: its text, the anchor of the table or section it comes from, and its mark."""
+
+    text: str
+    anchor: str
+    mark: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mark and self.mark not in MARKS:
+            raise ValueError(
+                f"scoreboard cell {self.text!r}: unknown mark {self.mark!r} (known: {list(MARKS)})"
+            )
+
+    @property
+    def shown(self) -> str:
+        return f"{MARKS[self.mark]} {self.text}" if self.mark else self.text
+
+
+@dataclass
+class Board:
+    """A scoreboard table: every cell links to where its figure is shown in full."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    caption: str = ""
+    anchor: str = ""
+
+    def as_table(self) -> Table:
+        """The same table as plain text (each cell as shown, marks included)."""
+        return Table(self.title, self.columns, [[c.shown for c in row] for row in self.rows], self.caption)
+
+    def numeric_columns(self) -> list[bool]:
+        """Per column: right-align it (read on the figures, without their marks)."""
+        return Table(self.title, self.columns, [[c.text for c in row] for row in self.rows]).numeric_columns()
+
+
 @dataclass
 class Details:
     """Collapsed in HTML (<details>): settings, versions and raw dumps."""
@@ -88,7 +137,7 @@ class Details:
     blocks: list
 
 
-Block = Paragraph | Heading | Table | Figure | Preformatted | Claims | Details
+Block = Paragraph | Heading | Table | Figure | Preformatted | Claims | Details | Board
 
 
 @dataclass
@@ -106,11 +155,13 @@ class Document:
     title: str
     subtitle: str
     sections: list[Section]
+    board: Section | None = None  # the scoreboard, above the sections (and the Markdown contents)
 
     def blocks(self) -> list[Block]:
-        """Every block, those inside Details too."""
+        """Every block, the scoreboard's and those inside Details too."""
         out: list[Block] = []
-        stack = [b for s in self.sections for b in s.blocks]
+        sections = [self.board, *self.sections] if self.board else self.sections
+        stack = [b for s in sections for b in s.blocks]
         while stack:
             block = stack.pop(0)
             out.append(block)
@@ -122,7 +173,10 @@ class Document:
         return [b for b in self.blocks() if isinstance(b, Figure)]
 
     def tables(self) -> list[Table]:
-        return [b for b in self.blocks() if isinstance(b, Table)]
+        """Every table in reading order, the scoreboard's as plain text."""
+        return [
+            b.as_table() if isinstance(b, Board) else b for b in self.blocks() if isinstance(b, Table | Board)
+        ]
 
 
 def slug(text: str) -> str:

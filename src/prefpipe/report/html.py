@@ -1,7 +1,8 @@
 """Render a Document as one self-contained HTML file: inline CSS, PNGs as base64 data URIs, no scripts, nothing
 fetched from anywhere (it opens offline and can be attached to an email).
 
-Layout for a first screen of 1366x768: a one-line title, then the answers, then the contents. Tables never
+Layout for a first screen of 1366x768: a one-line title, the scoreboard (compact tables and verdicts), then the
+answers, then the contents. Tables never
 widen the page: a cell longer than CELL_CHARS is shortened and keeps its full text in a title= hover. Every
 piece of text goes through html.escape, sample completions written by a policy included.
 """
@@ -12,6 +13,7 @@ import base64
 import html
 
 from prefpipe.report.document import (
+    Board,
     Claims,
     Details,
     Document,
@@ -61,6 +63,20 @@ summary { cursor: pointer; font-weight: 600; }
 pre { background: #f6f8fa; padding: 0.6em; overflow-x: auto; white-space: pre-wrap; word-break: break-word;
       font-size: 0.82em; border: 1px solid #eaeef2; }
 .pretitle { font-weight: 600; margin-bottom: 0.2em; font-size: 0.9em; }
+#scoreboard h2 { margin-top: 0.3em; }
+#scoreboard table { margin: 0.25em 0 0; font-size: 0.8em; }
+#scoreboard th, #scoreboard td { padding: 0.05em 0.45em; }
+#scoreboard p.tablenote { margin: 0 0 0.2em; font-size: 0.75em; }
+#scoreboard ul { margin: 0.3em 0 0; padding-left: 1.2em; font-size: 0.9em; }
+#scoreboard li { margin: 0.05em 0; }
+#scoreboard li a { color: #0969da; text-decoration: none; font-size: 0.85em; }
+table.board a { color: inherit; text-decoration: none; }
+table.board a:hover { text-decoration: underline; }
+td.mark-best, td.mark-best_unresolved, td.mark-flag { font-weight: 700; }
+td.mark-improved { color: #1a7f37; font-weight: 600; }
+td.mark-worse, td.mark-flag { color: #cf222e; }
+td.mark-worse { font-weight: 600; }
+td.mark-unresolved, td.mark-best_unresolved { color: #9a6700; }
 """
 
 
@@ -74,20 +90,41 @@ def _cell(text: str) -> str:
     return f'<span title="{_esc(text)}">{_esc(text[: CELL_CHARS - 1].rstrip())}…</span>'
 
 
+def _html_table(table: Table, align: list[str], body: list[str], css_class: str = "") -> str:
+    """The table's wrapper (its anchor), caption, header, the given <tr> rows and its note."""
+    head = "".join(f'<th class="{a}">{_cell(c)}</th>' for a, c in zip(align, table.columns, strict=True))
+    anchor = f' id="{_esc(table.anchor)}"' if table.anchor else ""
+    cls = f' class="{css_class}"' if css_class else ""
+    caption = f'<p class="tablenote">{_esc(table.caption)}</p>' if table.caption else ""
+    return (
+        f'<div class="tablewrap"{anchor}><table{cls}><caption>{_esc(table.title)}</caption><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(body)}</tbody></table></div>{caption}"
+    )
+
+
 def _table(table: Table) -> str:
     align = ["num" if n else "text" for n in table.numeric_columns()]
-    head = "".join(f'<th class="{a}">{_cell(c)}</th>' for a, c in zip(align, table.columns, strict=True))
     body = []
     for row, cls in zip(table.rows, table.row_classes, strict=True):
         attr = f' class="{_esc(cls)}"' if cls else ""
         cells = "".join(f'<td class="{a}">{_cell(c)}</td>' for a, c in zip(align, row, strict=True))
         body.append(f"<tr{attr}>{cells}</tr>")
-    anchor = f' id="{_esc(table.anchor)}"' if table.anchor else ""
-    caption = f'<p class="tablenote">{_esc(table.caption)}</p>' if table.caption else ""
-    return (
-        f'<div class="tablewrap"{anchor}><table><caption>{_esc(table.title)}</caption><thead><tr>{head}</tr>'
-        f"</thead><tbody>{''.join(body)}</tbody></table></div>{caption}"
-    )
+    return _html_table(table, align, body)
+
+
+def _board(board: Board) -> str:
+    """A scoreboard table: each cell a link to its source, its mark as a symbol and a class (colour, weight)."""
+    table = board.as_table()
+    table.anchor = board.anchor
+    align = ["num" if n else "text" for n in board.numeric_columns()]
+    body = []
+    for row in board.rows:
+        cells = [
+            f'<td class="{a}{f" mark-{c.mark}" if c.mark else ""}"><a href="#{_esc(c.anchor)}">{_cell(c.shown)}</a></td>'
+            for a, c in zip(align, row, strict=True)
+        ]
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return _html_table(table, align, body, "board")
 
 
 def _figure(figure: Figure) -> str:
@@ -108,6 +145,8 @@ def _block(block: object) -> str:
         return _table(block)
     if isinstance(block, Figure):
         return _figure(block)
+    if isinstance(block, Board):
+        return _board(block)
     if isinstance(block, Preformatted):
         return f'<div class="pretitle">{_esc(block.title)}</div><pre>{_esc(block.text)}</pre>'
     if isinstance(block, Claims):
@@ -127,7 +166,8 @@ def _section(section: Section) -> str:
 
 
 def render_html(doc: Document) -> str:
-    first, rest = doc.sections[:1], doc.sections[1:]
+    first = ([doc.board] if doc.board else []) + doc.sections[:1]
+    rest = doc.sections[1:]
     toc = " ".join(f'<a href="#{_esc(s.anchor)}">{_esc(s.title)}</a>' for s in rest)
     return (
         "<!DOCTYPE html>\n"

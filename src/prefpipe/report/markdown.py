@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from prefpipe.report.document import (
+    Board,
     Claims,
     Details,
     Document,
@@ -25,6 +26,7 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # where it would start an entity.
 _MARKUP = re.compile(r"[\\`*<~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])|&(?=#?[A-Za-z0-9]+;)")
 _LINK_MARKUP = re.compile(_MARKUP.pattern + r"|[\[\]]")
+PIPE = "\\|"  # a '|' inside a table cell
 
 
 def _one_line(text: object) -> str:
@@ -47,18 +49,32 @@ def _cell(text: object) -> str:
     return _inline(text).replace("|", "\\|")
 
 
-def _table(table: Table) -> str:
+def _pipe_table(table: Table, numeric: list[bool], rows: list[list[str]]) -> str:
+    """The table's bold title, header, alignment row, the given Markdown rows and its caption."""
     lines = [f"**{_cell(table.title)}**", ""]
     lines.append("| " + " | ".join(_cell(c) for c in table.columns) + " |")
-    lines.append("|" + "|".join("---:" if n else "---" for n in table.numeric_columns()) + "|")
-    for row, cls in zip(table.rows, table.row_classes, strict=True):
-        cells = [_cell(c) for c in row]
-        if cls == "ref":
-            cells = [f"*{c}*" if c else c for c in cells]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     if table.caption:
         lines += ["", f"_{_cell(table.caption)}_"]
     return "\n".join(lines)
+
+
+def _table(table: Table) -> str:
+    rows = []
+    for row, cls in zip(table.rows, table.row_classes, strict=True):
+        cells = [_cell(c) for c in row]
+        rows.append([f"*{c}*" if c else c for c in cells] if cls == "ref" else cells)
+    return _pipe_table(table, table.numeric_columns(), rows)
+
+
+def _board(board: Board) -> str:
+    """A scoreboard as a pipe table whose cells link to their source; best-in-column cells in bold."""
+    rows = []
+    for row in board.rows:
+        links = [f"[{_link_text(c.shown).replace('|', PIPE)}](#{c.anchor})" for c in row]
+        rows.append([f"**{t}**" if c.mark.startswith("best") else t for t, c in zip(links, row, strict=True)])
+    return _pipe_table(board.as_table(), board.numeric_columns(), rows)
 
 
 def _fence(text: str) -> str:
@@ -76,6 +92,8 @@ def _blocks(blocks: list, figure_dir: str | None) -> list[str]:
             parts.append(f"### {_inline(block.text)}")
         elif isinstance(block, Table):
             parts.append(_table(block))
+        elif isinstance(block, Board):
+            parts.append(_board(block))
         elif isinstance(block, Figure):
             if figure_dir is None:
                 parts.append(f"_Figure omitted: {_inline(block.title)}._")
@@ -96,6 +114,8 @@ def _blocks(blocks: list, figure_dir: str | None) -> list[str]:
 def render_markdown(doc: Document, figure_dir: str | None = "figures") -> str:
     """Markdown text; with figure_dir=None the plots are omitted (their titles stay as a note)."""
     parts = [f"# {_inline(doc.title)}", "", _inline(doc.subtitle), ""]
+    if doc.board is not None:  # the scoreboard first, above the contents: what follows it is unchanged
+        parts += [f"## {_inline(doc.board.title)}", "", *_blocks(doc.board.blocks, figure_dir)]
     parts += [f"{i}. [{_link_text(s.title)}](#{s.anchor})" for i, s in enumerate(doc.sections, start=1)]
     for section in doc.sections:
         parts += ["", f"## {_inline(section.title)}", ""]

@@ -11,6 +11,7 @@ from pathlib import Path
 from prefpipe.common.io import atomic_dir, atomic_write_json, atomic_write_text
 from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
+from prefpipe.report import scoreboard
 from prefpipe.report.document import Document
 from prefpipe.report.html import render_html
 from prefpipe.report.inputs import Manifest, compare_roots, read_tree
@@ -24,7 +25,8 @@ INPUTS_FILE = "inputs.json"  # the manifest the report was built from, next to i
 
 
 def document(config: ReportSettings, results: Path, manifest: Manifest) -> Document:
-    """The report as data: the answers first, then every registered section that has something to show."""
+    """The report as data: the scoreboard, the answers, then every registered section that has something to
+    show."""
     roots = compare_roots(config.compare)  # before any work: a missing tree is a one-line error naming it
     tree = read_tree(results, manifest, "main", config.strict)
     others = [read_tree(root, manifest, name, config.strict) for name, root in roots.items()]
@@ -42,9 +44,8 @@ def document(config: ReportSettings, results: Path, manifest: Manifest) -> Docum
     subtitle = f"Experiment {tree.experiment}, seed {tree.seed}; headline benchmark {ctx.bench or '–'}"
     subtitle += f"; compared with {', '.join(t.name for t in others)}" if others else ""
     subtitle += _overlap_note(tree.summary("data") or {})
-    return Document(
-        config.title or f"prefpipe report: {config.experiment}", subtitle, [answers.build(claims), *sections]
-    )
+    title = config.title or f"prefpipe report: {config.experiment}"
+    return Document(title, subtitle, [answers.build(claims), *sections], scoreboard.build(ctx))
 
 
 def _overlap_note(data_summary: dict) -> str:

@@ -61,7 +61,7 @@ def order(ctx: Context) -> tuple[list[str], str | None]:
     `ablation.reference` and `ablation.broken` it used) when it ran; only without it does the report fall back
     to ablation.reference and the variant farthest from it in settings."""
     ab = ctx.settings.ablation
-    paired = _paired(ctx)
+    paired = paired_summary(ctx)
     reference = paired["reference"] if paired is not None else ab.reference
     names = [v for v in ctx.variants if any(fnmatch.fnmatchcase(v, p) for p in ab.variants)]
     ref = _settings(ctx, reference)
@@ -81,7 +81,7 @@ _FARTHEST = "the variant farthest from {} in settings (no broken variant trained
 
 def _is_declared_broken(ctx: Context, variant: str) -> bool:
     """The broken variant is the one the config (or the ablation stage) names, not the fallback of `order`."""
-    paired = _paired(ctx)
+    paired = paired_summary(ctx)
     return variant == (paired["broken"] if paired is not None else ctx.settings.ablation.broken)
 
 
@@ -100,7 +100,7 @@ def _overall(ctx: Context, variant: str) -> pd.Series | None:
     return row.iloc[0] if len(row) and pd.notna(row["lo"].iloc[0]) else None
 
 
-def _change(ctx: Context, variant: str, broken: str) -> tuple[float, tuple[float, float]] | None:
+def fix_change(ctx: Context, variant: str, broken: str) -> tuple[float, tuple[float, float]] | None:
     a, b = _overall(ctx, variant), _overall(ctx, broken)
     if a is None or b is None:
         return None
@@ -109,13 +109,13 @@ def _change(ctx: Context, variant: str, broken: str) -> tuple[float, tuple[float
     )
 
 
-def _paired(ctx: Context) -> dict[str, Any] | None:
+def paired_summary(ctx: Context) -> dict[str, Any] | None:
     """results/ablation/summary.json (the ablation stage's paired bootstrap rows), when the run has it."""
     summary = ctx.tree.summary("ablation")
     return summary if summary and isinstance(summary.get(ROWS), list) else None
 
 
-def _fix_cell(item: dict[str, Any] | None) -> str:
+def fix_cell(item: dict[str, Any] | None) -> str:
     """A fix's contribution in points with its interval (sign: > 0 means the fix helps)."""
     if not item:
         return NA
@@ -132,7 +132,7 @@ PROTOCOLS = (
 )
 
 
-def _protocols(paired: dict[str, Any]) -> list[tuple[dict[str, Any], str, str]]:
+def protocols(paired: dict[str, Any]) -> list[tuple[dict[str, Any], str, str]]:
     """(rows block, label, anchor) of each protocol the ablation summary holds."""
     out = []
     for key, label, anchor in PROTOCOLS:
@@ -143,7 +143,7 @@ def _protocols(paired: dict[str, Any]) -> list[tuple[dict[str, Any], str, str]]:
 
 
 def _paired_claims(paired: dict[str, Any]) -> list[Claim]:
-    return [_paired_claim(paired, block, label, anchor) for block, label, anchor in _protocols(paired)]
+    return [_paired_claim(paired, block, label, anchor) for block, label, anchor in protocols(paired)]
 
 
 def _paired_claim(paired: dict[str, Any], block: dict[str, Any], label: str, anchor: str) -> Claim:
@@ -158,7 +158,7 @@ def _paired_claim(paired: dict[str, Any], block: dict[str, Any], label: str, anc
             continue
         by = {
             v: [
-                f"{r['fix']} {_fix_cell(r['items'][OVERALL])}"
+                f"{r['fix']} {fix_cell(r['items'][OVERALL])}"
                 for r in rows
                 if r["items"][OVERALL]["verdict"] == v
             ]
@@ -191,10 +191,10 @@ def _paired_table(paired: dict[str, Any], block: dict[str, Any], label: str, anc
                 r["fix"],
                 r["kind"],
                 what,
-                _fix_cell(r["items"].get(OVERALL)),
+                fix_cell(r["items"].get(OVERALL)),
                 r["items"].get(OVERALL, {}).get("verdict", NA),
             ]
-            + [_fix_cell(r["items"].get(i)) for i in items]
+            + [fix_cell(r["items"].get(i)) for i in items]
         )
     conf = round(100 * paired["confidence"])
     return Table(
@@ -214,7 +214,7 @@ def _paired_table(paired: dict[str, Any], block: dict[str, Any], label: str, anc
 
 
 def claims(ctx: Context) -> list[Claim]:
-    paired = _paired(ctx)
+    paired = paired_summary(ctx)
     if paired is not None:
         return _paired_claims(paired)
     ordered, broken = order(ctx)
@@ -223,7 +223,7 @@ def claims(ctx: Context) -> list[Claim]:
     b = _overall(ctx, broken)
     matter, unclear = [], []
     for v in ordered[1:]:
-        change = _change(ctx, v, broken)
+        change = fix_change(ctx, v, broken)
         if change is None:
             continue
         text = f"{v} {pts(*change)}"
@@ -259,7 +259,7 @@ def build(ctx: Context) -> Section | None:
         else:
             what = "; ".join(diff(config, broken_config)) or "same settings as broken"
         over = _overall(ctx, v)
-        change = _change(ctx, v, broken) if broken and v != broken else None
+        change = fix_change(ctx, v, broken) if broken and v != broken else None
         rows.append(
             [
                 v,
@@ -270,8 +270,8 @@ def build(ctx: Context) -> Section | None:
         )
         if over is not None:
             ests.append(plots.Estimate(v, over["score"], over["lo"], over["hi"], ctx.colors[v]))
-    paired = _paired(ctx)
-    blocks: list = [_paired_table(paired, *p) for p in _protocols(paired)] if paired is not None else []
+    paired = paired_summary(ctx)
+    blocks: list = [_paired_table(paired, *p) for p in protocols(paired)] if paired is not None else []
     blocks += [
         Table(
             f"Overall accuracy on {ctx.bench} per ablation variant",

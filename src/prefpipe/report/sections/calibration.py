@@ -15,7 +15,7 @@ from prefpipe.report.stats import num
 TITLE, ANCHOR = "Calibration", "calibration"
 
 
-def _calibration(ctx: Context) -> dict[str, dict]:
+def calibration_blocks(ctx: Context) -> dict[str, dict]:
     out = {}
     for v in ctx.variants:
         block = frames.benchmark_blocks(ctx.tree.summary("eval", v)).get(ctx.bench or "", {}).get(CALIBRATION)
@@ -41,7 +41,7 @@ def _curve(ctx: Context, v: str, points: list, x: str) -> plots.Curve | None:
 
 
 def build(ctx: Context) -> Section | None:
-    cal = _calibration(ctx)
+    cal = calibration_blocks(ctx)
     if not cal:
         return None
     rows = [

@@ -30,7 +30,7 @@ def _policy_rows(ctx: Context, exp: str, members: list) -> list[list[str]]:
     return rows
 
 
-def _experiment_figures(ctx: Context, members: list) -> tuple[str | None, dict]:
+def experiment_figures(ctx: Context, members: list) -> tuple[str | None, dict]:
     """The benchmark to show an experiment on and its figures there: the report's headline benchmark where this
     experiment has scores on it, else the experiment's own headline (a real-data experiment has no synthetic
     benchmark: its own scores, not a row of dashes)."""
@@ -55,7 +55,7 @@ def build(ctx: Context) -> Section | None:
     for tree in trees:
         by_exp.setdefault(tree.experiment, []).append(tree)
     rows, policy_rows, ablation_rows = [], [], []
-    figures = {exp: _experiment_figures(ctx, members) for exp, members in by_exp.items()}
+    figures = {exp: experiment_figures(ctx, members) for exp, members in by_exp.items()}
     benches = {exp: bench for exp, (bench, _) in figures.items()}
     variants = _variants(ctx, {exp: stats for exp, (_, stats) in figures.items()})
     side: dict[str, list[str]] = {v: [] for v in variants}  # variant -> its Overall per experiment

@@ -25,7 +25,7 @@ def rm_only(ctx: Context, run: str) -> bool:
     return bool(specs) and all(isinstance(s, dict) and s.get("type") == RM_SOURCE for s in specs)
 
 
-def _rows(ctx: Context) -> list[tuple[str, bool, float, tuple, str, float, tuple]]:
+def win_rows(ctx: Context) -> list[tuple[str, bool, float, tuple, str, float, tuple]]:
     out = []
     for run in ctx.runs:
         summary = ctx.tree.summary("policy_eval", run) or {}
@@ -47,7 +47,7 @@ def claims(ctx: Context) -> list[Claim]:
             f"held-out prompts, while verifier accuracy changed {pts(delta, dci)} ({decoding}).",
             "hacking-table",
         )
-        for run, only, win, wci, decoding, delta, dci in _rows(ctx)
+        for run, only, win, wci, decoding, delta, dci in win_rows(ctx)
         if only
     ]
 
@@ -169,7 +169,7 @@ def _overoptimisation(ctx: Context) -> list:
 def build(ctx: Context) -> Section | None:
     rows = [
         [run, "reward model only" if only else "with other rewards", pct(win, wci), decoding, pts(delta, dci)]
-        for run, only, win, wci, decoding, delta, dci in _rows(ctx)
+        for run, only, win, wci, decoding, delta, dci in win_rows(ctx)
     ]
     extra = _overoptimisation(ctx)
     if not rows:

@@ -29,7 +29,7 @@ LENGTH_SPLIT, LONGER_PICK_RATE, LONGER_WINS = LENGTH_SPLIT_KEY, LONGER_PICK_RATE
 SPLITS = {CHOSEN_LONGER: "Chosen longer", CHOSEN_SHORTER: "Chosen shorter", EQUAL_LENGTH: "Equal length"}
 
 
-def _blocks(ctx: Context, bench: str) -> dict[str, dict[str, Any]]:
+def length_blocks(ctx: Context, bench: str) -> dict[str, dict[str, Any]]:
     out = {}
     for variant in ctx.variants:
         block = frames.benchmark_blocks(ctx.tree.summary("eval", variant)).get(bench)
@@ -45,7 +45,7 @@ def _acc(block: Any) -> str:
     return text + (f" (n={block['n']})" if isinstance(block.get("n"), int) else "")
 
 
-def _ci(block: Any, key: str = "ci95") -> Any:
+def recorded_ci(block: Any, key: str = "ci95") -> Any:
     return block.get(key) if isinstance(block, dict) and isinstance(block.get(key), list) else None
 
 
@@ -53,7 +53,7 @@ def _corr(block: Any) -> str:
     """'Pearson [interval] (Spearman rho)' of a correlation block, or NA (a pairwise head has no reward one)."""
     if not isinstance(block, dict):
         return NA
-    text = corr(block.get("pearson"), _ci(block, "pearson_ci95"))
+    text = corr(block.get("pearson"), recorded_ci(block, "pearson_ci95"))
     return text + (f" (ρ {corr(block.get('spearman'))})" if block.get("spearman") is not None else "")
 
 
@@ -62,8 +62,8 @@ def _control_table(bench: str, found: dict[str, dict[str, Any]]) -> Table | None
     rows = [
         [
             v,
-            pct((b[LENGTH_CONTROLLED_KEY] or {}).get("accuracy"), _ci(b[LENGTH_CONTROLLED_KEY])),
-            pct(b.get(LONGER_PICK_RATE), _ci(b, LONGER_PICK_CI_KEY)),
+            pct((b[LENGTH_CONTROLLED_KEY] or {}).get("accuracy"), recorded_ci(b[LENGTH_CONTROLLED_KEY])),
+            pct(b.get(LONGER_PICK_RATE), recorded_ci(b, LONGER_PICK_CI_KEY)),
             _corr(b.get(REWARD_CORRELATION_KEY)),
             _corr(b.get(MARGIN_CORRELATION_KEY)),
         ]
@@ -86,7 +86,7 @@ def _control_table(bench: str, found: dict[str, dict[str, Any]]) -> Table | None
 
 
 def claims(ctx: Context) -> list[Claim]:
-    found = _blocks(ctx, ctx.bench) if ctx.bench else {}
+    found = length_blocks(ctx, ctx.bench) if ctx.bench else {}
     if not found:
         return []
     rates = [(v, b[LONGER_PICK_RATE]) for v, b in found.items() if isinstance(b.get(LONGER_PICK_RATE), float)]
@@ -101,7 +101,7 @@ def claims(ctx: Context) -> list[Claim]:
         if isinstance(b.get(LENGTH_CONTROLLED_KEY), dict) and b[LENGTH_CONTROLLED_KEY].get("accuracy") is not None
     ]  # fmt: skip
     if controlled:
-        parts = ", ".join(f"{v} {pct(c['accuracy'], _ci(c))}" for v, c in controlled)
+        parts = ", ".join(f"{v} {pct(c['accuracy'], recorded_ci(c))}" for v, c in controlled)
         text += f"; at equal length (length-controlled accuracy) they score {parts}"
     return [Claim(text + ".", "length-bias")]
 
@@ -109,14 +109,14 @@ def claims(ctx: Context) -> list[Claim]:
 def build(ctx: Context) -> Section | None:
     blocks: list = []
     for bench in dict.fromkeys(ctx.scores["benchmark"]):
-        found = _blocks(ctx, bench)
+        found = length_blocks(ctx, bench)
         if not found:
             continue
         rows = [
             [
                 v,
                 *[_acc(b[LENGTH_SPLIT].get(k)) for k in SPLITS],
-                pct(b.get(LONGER_PICK_RATE), _ci(b, LONGER_PICK_CI_KEY)),
+                pct(b.get(LONGER_PICK_RATE), recorded_ci(b, LONGER_PICK_CI_KEY)),
             ]
             for v, b in found.items()
         ]

@@ -27,7 +27,7 @@ PAPER_ROWS = (
 )
 
 
-def _cell(frame: pd.DataFrame, variant: str, item: str) -> str:
+def score_text(frame: pd.DataFrame, variant: str, item: str) -> str:
     row = frame[(frame["variant"] == variant) & (frame["item"] == item)]
     if row.empty:
         return NA
@@ -41,7 +41,7 @@ def _get(ctx: Context, variant: str, item: str) -> pd.Series | None:
     return row.iloc[0] if len(row) else None
 
 
-def _said(row: pd.Series) -> str:
+def said(row: pd.Series) -> str:
     return pct(row["score"], (row["lo"], row["hi"]) if pd.notna(row["lo"]) else None)
 
 
@@ -56,9 +56,7 @@ def claims(ctx: Context) -> list[Claim]:
     if len(overall) == 1:  # one head: nothing to rank it against
         only = overall.iloc[0]
         out.append(
-            Claim(
-                f"Reward head overall on {ctx.bench}: {only['variant']} {_said(only)}.", "rewardbench-table"
-            )
+            Claim(f"Reward head overall on {ctx.bench}: {only['variant']} {said(only)}.", "rewardbench-table")
         )
     elif len(overall):
         best, rest = overall.iloc[0], overall.iloc[1:]
@@ -68,10 +66,10 @@ def claims(ctx: Context) -> list[Claim]:
             if overlap
             else "ahead of every other head beyond the intervals"
         )
-        others = "; ".join(f"{r['variant']} {_said(r)}" for _, r in rest.iterrows())
+        others = "; ".join(f"{r['variant']} {said(r)}" for _, r in rest.iterrows())
         out.append(
             Claim(
-                f"Best reward head overall on {ctx.bench}: {best['variant']} {_said(best)} ({others}); {verdict}.",
+                f"Best reward head overall on {ctx.bench}: {best['variant']} {said(best)} ({others}); {verdict}.",
                 "rewardbench-table",
             )
         )
@@ -83,29 +81,43 @@ def claims(ctx: Context) -> list[Claim]:
         top = rows["score"].max()
         winners = rows[rows["score"] == top]
         w = winners.iloc[0]
-        per.append(f"{title} {'/'.join(winners['variant'])} {_said(w)}")
+        per.append(f"{title} {'/'.join(winners['variant'])} {said(w)}")
     if per:
         out.append(Claim("Best per section: " + "; ".join(per) + ".", "fig-rewardbench"))
     cyclic = _cyclic_claim(ctx, heads)
     return out + ([cyclic] if cyclic else [])
 
 
-def _cyclic_claim(ctx: Context, heads: list[str]) -> Claim | None:
-    """Whether the first pairwise point head learns the cyclic set, beside the first scalar head; the kinds of
-    head come from the head facts (reward/heads/facts.py), never from type names."""
+def cyclic_pair(ctx: Context, heads: list[str]) -> tuple[str, pd.Series, str | None, pd.Series | None] | None:
+    """(pairwise head's name, its cyclic row, scalar head's name, its cyclic row) on the headline benchmark: the
+    first pairwise point head and the first scalar head; the kinds of head come from the head facts
+    (reward/heads/facts.py), never from type names. None without a pairwise head's cyclic score."""
     pairwise = _first(ctx, heads, lambda f: f.pairwise and not f.bayesian)
     scalar = _first(ctx, heads, lambda f: f.scalar_reward)
     g = _get(ctx, pairwise[0], frames.CYCLIC) if pairwise else None
-    if g is None:
+    if pairwise is None or g is None:
         return None
     b = _get(ctx, scalar[0], frames.CYCLIC) if scalar else None
-    name = pairwise[1].display
-    text = f"Cyclic set (n={int(g['n'])}): {name} {_said(g)}"
-    text += f", {scalar[1].display} {_said(b)}" if scalar and b is not None else ""
+    return pairwise[1].display, g, (scalar[1].display if scalar else None), b
+
+
+def learns_cycle(row: pd.Series) -> bool:
+    """Whether a cyclic accuracy's interval lies above what a scalar reward can reach (2/3)."""
+    return bool(pd.notna(row["lo"]) and row["lo"] > SCALAR_CAP)
+
+
+def _cyclic_claim(ctx: Context, heads: list[str]) -> Claim | None:
+    """Whether the first pairwise point head learns the cyclic set, beside the first scalar head."""
+    found = cyclic_pair(ctx, heads)
+    if found is None:
+        return None
+    name, g, scalar, b = found
+    text = f"Cyclic set (n={int(g['n'])}): {name} {said(g)}"
+    text += f", {scalar} {said(b)}" if scalar and b is not None else ""
     scalar_names = ", ".join(f.display for f in HEAD_FACTS.values() if f.scalar_reward)
     text += f". A scalar reward ({scalar_names}) cannot exceed 66.7% on a 3-cycle; {name} " + (
         "learns it (its interval lies above 66.7%)."
-        if pd.notna(g["lo"]) and g["lo"] > SCALAR_CAP
+        if learns_cycle(g)
         else "does not show that it learns it here (its interval does not clear 66.7%)."
     )
     return Claim(text, "rewardbench-table")
@@ -175,7 +187,7 @@ def _truncation(ctx: Context) -> list:
 def _board(ctx: Context, bench: str) -> Table:
     frame = ctx.scores[ctx.scores["benchmark"] == bench]
     variants = [v for v in ctx.variants if v in set(frame["variant"])]
-    cells = {v: {i: _cell(frame, v, i) for i in ITEMS} for v in variants}
+    cells = {v: {i: score_text(frame, v, i) for i in ITEMS} for v in variants}
     # columns with no value for any variant (a benchmark without sections, no cyclic subset) are left out
     shown = [i for i in ITEMS if i == frames.OVERALL or any(cells[v][i] != NA for v in variants)]
     rows = [[v, _head(ctx, v) or NA, *[cells[v][i] for i in shown]] for v in variants]

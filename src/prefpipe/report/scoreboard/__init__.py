@@ -1,0 +1,29 @@
+"""The scoreboard at the top of the report: reward heads × headline benchmark, GRPO runs × their changes and
+hacking, and at most five one-line verdicts, every cell a link to the table it comes from. Built from the same
+frames and section functions the sections use (never recomputed another way); for a comparison the boards show
+each experiment's trees as mean ± sd (across.py). A board with nothing to show is left out."""
+
+from __future__ import annotations
+
+from prefpipe.report.document import Claims, Paragraph, Section
+from prefpipe.report.scoreboard import across, heads, runs, verdicts
+from prefpipe.report.sections import Context
+
+TITLE, ANCHOR = "Scoreboard", "scoreboard"
+
+
+def build(ctx: Context) -> Section | None:
+    if ctx.others:
+        boards = [across.heads_board(ctx), across.runs_board(ctx)]
+    else:
+        boards = [heads.board(ctx), runs.board(ctx)]
+    blocks: list = [b for b in boards if b is not None]
+    found = verdicts.build(ctx)
+    if found and ctx.others:
+        where = f"this run's tree ({ctx.tree.name}, seed {ctx.tree.seed})"
+        blocks.append(
+            Paragraph(f"Verdicts: the best head over the compared trees, the rest on {where}:", "note")
+        )
+    if found:
+        blocks.append(Claims(found))
+    return Section(TITLE, blocks, ANCHOR) if blocks else None
