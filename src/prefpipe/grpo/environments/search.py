@@ -38,7 +38,7 @@ def words(text: str) -> list[str]:
 
 
 def _document(paragraph: Mapping[str, Any]) -> tuple[str, str]:
-    return str(paragraph.get("title", "")), str(paragraph["text"])
+    return str(paragraph.get("title") or ""), str(paragraph["text"])  # a corpus line may have no title
 
 
 class Bm25Index:
