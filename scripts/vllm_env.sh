@@ -52,7 +52,7 @@ trap 'rm -f "$constraints"' EXIT
 "$VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers|tokenizers)==' >"$constraints"
 pip_install -c "$constraints" "peft>=0.17" "accelerate>=1.0" "datasets>=3.0" "pandas>=2.2" "pyarrow>=15" \
     "numpy>=1.26" "pyyaml>=6" "jsonschema>=4.20" "matplotlib>=3.8" "wandb>=0.19.10" "snakemake>=9.0,<10" \
-    "pygments>=2.17" "safetensors>=0.4" "pytest>=8"
+    "pygments>=2.17" "safetensors>=0.4" "pytest>=8" "bm25s>=0.3.16,<0.4"
 for pkg in torchvision torchaudio torchcodec; do
     if "$VENV/bin/python" -m pip show "$pkg" >/dev/null 2>&1; then
         echo "[vllm_env] removing $pkg (built for another torch; breaks import vllm)"

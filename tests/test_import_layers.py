@@ -38,6 +38,7 @@ RANKS = {
 ROOMS = {
     "grpo": {
         "": 0,  # the shared vocabulary: metric_names, rewards, kl, logprobs, data_parallel, splits, policy_io
+        "environments": 0,  # what answers tool calls (search, calculator, a user's tool): imports no grpo module
         "analyses": 1,  # hacking, paired, risk, health, hypotheses: numbers of finished runs
         "rollout": 1,  # sampling, completions, engines/, fast/
         "policy_eval": 2,  # measures, curve, the eval_policy stage (samples with rollout)

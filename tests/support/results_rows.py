@@ -210,6 +210,7 @@ def _grpo_rows(run: str, steps: int) -> list[dict[str, Any]]:
             grad_norm=grad,
             truncated_ratio=0.4 if (bad and t >= 22) else 0.05,
             prompt_loss_share=0.0,
+            env_loss_share=0.0,
         )
         row.update(step_time=1.8, loss=0.01, custom_debug_value=1)
         kl = {"k1": k3 * 0.9, "k2": k3 * 0.8, "k3": k3}

@@ -21,6 +21,22 @@ LENGTH_MEAN, LENGTH_MIN, LENGTH_MAX = (
 TRUNCATED_RATIO, PROMPT_TRUNCATION_RATE = "truncated_ratio", "prompt_truncation_rate"
 # Share of loss-carrying tokens that are PROMPT tokens: 0 with a correct mask (grpo.mask_mode: completion).
 PROMPT_LOSS_SHARE = "prompt_loss_share"
+# Multi-turn episodes (grpo/rollout/episodes/): share of loss-carrying tokens that are ENVIRONMENT tokens (0 with a
+# correct mask; grpo.mask_mode: with_environment is the deliberate wrong one, H02), and per step the episodes'
+# policy turns, tool calls, environment failures by kind (`{kind}`: grpo/environments/base.py ERROR_KINDS), share
+# of environment tokens in the episodes, tokens after the prompt, result tokens cut for the budget (H04), answers.
+ENV_LOSS_SHARE = "env_loss_share"
+EPISODE_TURNS, EPISODE_CALLS, EPISODE_ENV_ERRORS = (
+    "episode/turns_mean",
+    "episode/calls_mean",
+    "episode/env_{kind}",
+)
+EPISODE_ENV_TOKEN_SHARE, EPISODE_LENGTH_MEAN, EPISODE_LENGTH_MAX = (
+    "episode/env_token_share",
+    "episode/length_mean",
+    "episode/length_max",
+)
+EPISODE_CONTEXT_CUT, EPISODE_ANSWERED = "episode/context_cut_rate", "episode/answered_rate"
 # The verifier on every training batch whose prompts have answers, optimised or not (Gao et al.'s "gold" signal
 # beside the reward model's "proxy" score): share of completions it accepts, mean and std of its score.
 VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (

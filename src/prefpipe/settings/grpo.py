@@ -85,7 +85,9 @@ class GrpoSettings(RunSettings):
     scale_rewards: str
     advantage_eps: float
     mask_truncated_completions: bool
-    mask_mode: str  # completion | with_prompt (debugging switch: a deliberately wrong mask)
+    mask_mode: (
+        str  # completion | with_prompt | with_environment (debugging switch: a deliberately wrong mask)
+    )
     reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
     gradient_checkpointing: bool  # the policy's training forward only (generation keeps its KV cache)

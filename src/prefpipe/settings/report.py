@@ -64,6 +64,7 @@ class Thresholds:
     truncated_ratio_max: float
     entropy_min: float
     prompt_loss_share_max: float
+    env_loss_share_max: float
     baseline_window: int
 
 

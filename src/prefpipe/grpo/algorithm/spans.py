@@ -8,6 +8,10 @@ the inspector's table covers exactly the tokens, micro-batches and normalisers t
   with_prompt  ALSO loss on every real prompt token after the first (the classic masking bug, hypothesis H02:
                the policy is trained to reproduce its prompts). The `prompt_loss_share` metric is then > 0,
                which the report's "prompt loss" diagnostic flags at the first step.
+  with_environment  ALSO loss (and KL) on the environment's tokens of a multi-turn episode (env_mask 0:
+               grpo/rollout/episodes/): the policy is trained to write the retrieved text itself (H02 as the
+               MuSiQue notes describe it). The `env_loss_share` metric is then > 0, which the "environment
+               loss" diagnostic flags at the first step. Without environment tokens it changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 from prefpipe.grpo.logprobs import completion_logprobs
 from prefpipe.grpo.rollout.completions import Rollout
 
-MASK_MODES = ("completion", "with_prompt")
+MASK_MODES = ("completion", "with_prompt", "with_environment")
 
 
 @dataclass
@@ -45,9 +49,12 @@ class Span:
         return int(self.mask[:, : self.n_prompt].sum())
 
 
-def completion_loss_mask(rollout: Rollout, mask_truncated: bool) -> torch.Tensor:
-    """(N, C) completion tokens that carry loss; cut-off completions get none with mask_truncated (DAPO)."""
-    mask = rollout.loss_mask
+def completion_loss_mask(
+    rollout: Rollout, mask_truncated: bool, with_environment: bool = False
+) -> torch.Tensor:
+    """(N, C) completion tokens that carry loss; cut-off completions get none with mask_truncated (DAPO);
+    `with_environment` (the deliberate wrong mask) keeps the environment's tokens in."""
+    mask = rollout.completion_mask if with_environment else rollout.loss_mask
     if mask_truncated:
         mask = mask * (~rollout.truncated).long()[:, None].to(mask.device)
     return mask
@@ -57,14 +64,18 @@ def loss_spans(rollout: Rollout, mask_mode: str, mask_truncated: bool, micro_bat
     """The scored micro-batches of a step; a micro-batch without any loss token is left out."""
     if mask_mode not in MASK_MODES:
         raise ValueError(f"grpo.mask_mode must be one of {MASK_MODES}, got {mask_mode!r}")
-    comp = completion_loss_mask(rollout, mask_truncated)
+    comp = completion_loss_mask(rollout, mask_truncated, mask_mode == "with_environment")
     n = comp.shape[0]
     prompt_width = rollout.prompt_ids.shape[1]
+    # 1 + the last loss position of each row: the count of loss tokens only where they are a prefix (a
+    # multi-turn episode's loss tokens have the environment's turns between them)
+    cols = torch.arange(1, comp.shape[1] + 1, device=comp.device)
+    ends = torch.cat([comp * cols, comp.new_zeros(n, 1)], dim=1).amax(dim=1)
     spans = []
     for start in range(0, n, micro_batch_size):
         rows = slice(start, min(start + micro_batch_size, n))
-        c = int(comp[rows].sum(dim=1).max())
-        if mask_mode == "completion":
+        c = int(ends[rows].max())
+        if mask_mode != "with_prompt":
             if c > 0:
                 spans.append(Span(rows, prompt_width + c, c, c, comp[rows, :c]))
             continue
@@ -74,6 +85,17 @@ def loss_spans(rollout: Rollout, mask_mode: str, mask_truncated: bool, micro_bat
         if int(mask.sum()) > 0:
             spans.append(Span(rows, prompt_width + c, prompt_width - 1 + c, c, mask))
     return spans
+
+
+def environment_loss_tokens(rollout: Rollout, spans: list[Span]) -> int:
+    """Loss-carrying completion tokens that the environment wrote (env_mask 0): 0 unless mask_mode is
+    with_environment."""
+    total = 0
+    for sp in spans:
+        c = sp.n_completion
+        env = 1 - rollout.env_mask[sp.rows, :c].to(sp.mask.dtype)
+        total += int((sp.mask[:, sp.n_prompt :] * env).sum())
+    return total
 
 
 @dataclass

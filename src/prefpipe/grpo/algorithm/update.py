@@ -22,11 +22,19 @@ from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_
 from prefpipe.grpo.algorithm.losses import BatchNorms, TokenLoss, aggregate_loss, per_token_loss
 from prefpipe.grpo.algorithm.master_weights import MasterWeights, needs_master_weights
 from prefpipe.grpo.algorithm.reference import ReferencePolicy
-from prefpipe.grpo.algorithm.spans import PackedSpan, Span, completion_loss_mask, loss_spans, plain_span
+from prefpipe.grpo.algorithm.spans import (
+    PackedSpan,
+    Span,
+    completion_loss_mask,
+    environment_loss_tokens,
+    loss_spans,
+    plain_span,
+)
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.metric_names import (
     CLIP_RATIO_REGION,
     ENTROPY,
+    ENV_LOSS_SHARE,
     GRAD_NORM,
     LOSS_FIRST_ITERATION,
     PROMPT_LOSS_SHARE,
@@ -250,11 +258,13 @@ def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
         sum(int(sp.mask.sum()) for sp in spans),
         len(spans),
         sum(sp.prompt_loss_tokens() for sp in spans),
+        environment_loss_tokens(ro, spans),
     ]
-    n_global, loss_tokens, n_spans, prompt_tokens = dp.sum(torch.tensor(counts, dtype=torch.long)).tolist()
+    totals = dp.sum(torch.tensor(counts, dtype=torch.long)).tolist()
+    n_global, loss_tokens, n_spans, prompt_tokens, env_tokens = totals
     if not loss_tokens:
         log.warning("no completion token carries loss this step (all truncated and masked): no update")
-        return {"update_skipped": 1.0, "num_loss_tokens": 0, PROMPT_LOSS_SHARE: 0.0}
+        return {"update_skipped": 1.0, "num_loss_tokens": 0, PROMPT_LOSS_SHARE: 0.0, ENV_LOSS_SHARE: 0.0}
     norms = BatchNorms(n_global, loss_tokens, n_spans, s.max_new_tokens)
     frozen = frozen_logprobs(learner, micro)
     first = FirstPass.zeros(n, width, learner.device, s.kl_to_reference)
@@ -270,6 +280,7 @@ def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
                 first_iteration_loss = float(it_sums[0])
             grad_norms.append(_step_optimizer(learner, it, it_sums))
     metrics = _metrics(learner, batch, (sums, first_iteration_loss), norms, grad_norms, prompt_tokens, first)
+    metrics[ENV_LOSS_SHARE] = env_tokens / max(norms.num_tokens, 1)
     if s.num_iterations > 1:
         metrics["max_abs_log_ratio_old"] = _max_change(learner, batch, micro, frozen[0], first)
     return metrics

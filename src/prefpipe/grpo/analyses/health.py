@@ -16,6 +16,7 @@ Every check compares one logged metric per step with a threshold from `report.di
 | truncation | truncated_ratio | value > truncated_ratio_max (completions hit max_new_tokens without EOS) |
 | entropy collapse | entropy | value < entropy_min |
 | prompt loss | prompt_loss_share | value > prompt_loss_share_max (loss on prompt tokens: a wrong loss mask, H02) |
+| environment loss | env_loss_share | value > env_loss_share_max (loss on a multi-turn episode's environment tokens, H02) |
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pandas as pd
 
 from prefpipe.grpo.metric_names import (
     ENTROPY,
+    ENV_LOSS_SHARE,
     FRAC_REWARD_ZERO_STD,
     GRAD_NORM,
     KL_MEAN,
@@ -152,11 +154,24 @@ def _checks(t: Thresholds, kl: str) -> list[Check]:
             lambda _i, v, _h: v > t.truncated_ratio_max,
         ),
         ("entropy collapse", ENTROPY, f"< {t.entropy_min:g}", lambda _i, v, _h: v < t.entropy_min),
+        *_mask_checks(t),
+    ]
+
+
+def _mask_checks(t: Thresholds) -> list[Check]:
+    """Loss on tokens the policy did not write (H02): the prompt's, or a multi-turn episode's environment's."""
+    return [
         (
             "prompt loss",
             PROMPT_LOSS_SHARE,
             f"> {t.prompt_loss_share_max:g} of loss tokens in the prompt",
             lambda _i, v, _h: v > t.prompt_loss_share_max,
+        ),
+        (
+            "environment loss",
+            ENV_LOSS_SHARE,
+            f"> {t.env_loss_share_max:g} of loss tokens written by the environment",
+            lambda _i, v, _h: v > t.env_loss_share_max,
         ),
     ]
 

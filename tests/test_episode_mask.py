@@ -1,0 +1,150 @@
+"""Only the policy's tokens train (issue #48 item 2, its first acceptance item): over built episodes, the
+gradient of the GRPO loss (clipped surrogate + k3 KL to a reference) with respect to the logits that predict
+each environment token is exactly zero and the one for each policy token is not, checked position by position
+against a walk of the episodes' own token lists. The deliberate wrong mask (mask_mode: with_environment, H02)
+trains the environment tokens and the env_loss_share metric and its health check fire."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.episodes import DEMOS, demo_ids
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings, report_settings
+
+from prefpipe.generation.tokens import tokenize_prompts
+from prefpipe.grpo.algorithm.advantages import group_advantages
+from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
+from prefpipe.grpo.algorithm.reference import build_reference
+from prefpipe.grpo.algorithm.spans import environment_loss_tokens, loss_spans, plain_span
+from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, update
+from prefpipe.grpo.analyses.health import check_run
+from prefpipe.grpo.data_parallel import DataParallel
+from prefpipe.grpo.metric_names import ENV_LOSS_SHARE, PROMPT_LOSS_SHARE
+from prefpipe.grpo.rollout.episodes.episode import ENVIRONMENT, POLICY, Episode, episode_rollout
+
+G = 2
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return chat_tokenizer()
+
+
+def built(tok):
+    """Two prompts x G episodes, each search -> result -> answer (results from the real search environment);
+    the second row of a group searches the other demo's query, so rows differ and lengths differ."""
+    prompts, episodes = [p for p, _ in DEMOS], []
+    for i, (prompt, turns) in enumerate(DEMOS):
+        other = DEMOS[1 - i][1][0]
+        for t in (turns, [other, "<answer>dog</answer>"]):
+            _, ids, owners = demo_ids(tok, prompt, t)
+            ep = Episode()
+            for token, owner in zip(ids, owners, strict=True):
+                ep.add(owner, [token])
+            episodes.append(ep)
+    batch = tokenize_prompts(tok, prompts, None)
+    return episode_rollout(tok, batch, G, episodes, tok.pad_token_id, torch.device("cpu")), episodes
+
+
+def logit_grads(model, reference, rollout, mask_mode: str, micro: int) -> dict[tuple[int, int], torch.Tensor]:
+    """{(row, completion position j): d loss / d logits that predict completion token j} through the trainer's
+    own spans and loss (dapo, beta 0.04, k3)."""
+    kept: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, out):
+        out.retain_grad()
+        kept.append(out)
+
+    hook = model.lm_head.register_forward_hook(keep)
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), G, "group", 1e-4).advantages
+    spans = loss_spans(rollout, mask_mode, False, micro)
+    norms = BatchNorms(
+        4, sum(int(sp.mask.sum()) for sp in spans), len(spans), rollout.completion_ids.shape[1]
+    )
+    grads = {}
+    try:
+        for sp in spans:
+            mb = plain_span(rollout, sp)
+            logp, _ = mb.logprobs(model, 1.0)
+            with torch.no_grad():
+                ref, _ = mb.logprobs(reference, 1.0)
+            out = grpo_loss(logp, logp.detach(), adv[mb.rows], mb.mask, norms, loss_type="dapo", eps_low=0.2,
+                            eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None)  # fmt: skip
+            out.loss.backward()
+            logits = kept.pop()
+            assert logits.shape[1] == sp.n_scored + 1  # logits_to_keep: the last one predicts nothing
+            assert torch.count_nonzero(logits.grad[:, -1]) == 0
+            for i, row in enumerate(range(sp.rows.start, sp.rows.stop)):
+                for j in range(sp.n_completion):
+                    grads[(row, j)] = logits.grad[i, j]
+    finally:
+        hook.remove()
+    return grads
+
+
+@pytest.mark.parametrize("micro", [1, 4])
+@pytest.mark.parametrize("mask_mode", ["completion", "with_environment"])
+def test_environment_tokens_get_exactly_zero_gradient_and_policy_tokens_do_not(tok, mask_mode, micro):
+    model, reference = tiny_llama(tok, seed=0), tiny_llama(tok, seed=1)
+    rollout, episodes = built(tok)
+    grads = logit_grads(model, reference, rollout, mask_mode, micro)
+    trained = {POLICY} if mask_mode == "completion" else {POLICY, ENVIRONMENT}
+    seen = {POLICY: 0, ENVIRONMENT: 0}
+    for row, ep in enumerate(episodes):  # brute force: every token of every episode, by its owner
+        owners = ep.owners
+        assert set(owners) == {POLICY, ENVIRONMENT} and owners[-1] == POLICY  # policy tokens after a result
+        for j in range(rollout.completion_ids.shape[1]):
+            g = grads.get((row, j))
+            if j >= len(owners):  # padding after the episode: not scored, or scored with zero gradient
+                assert g is None or torch.count_nonzero(g) == 0
+                continue
+            seen[owners[j]] += 1
+            assert g is not None, f"row {row} token {j} ({owners[j]}) was not scored"
+            if owners[j] in trained:
+                assert torch.count_nonzero(g) > 0, f"row {row} token {j} ({owners[j]}) got no gradient"
+            else:
+                assert torch.count_nonzero(g) == 0, f"row {row} token {j} ({owners[j]}) got a gradient"
+    assert seen[POLICY] > 40 and seen[ENVIRONMENT] > 40
+    spans = loss_spans(rollout, mask_mode, False, micro)
+    env_tokens = sum(ep.owners.count(ENVIRONMENT) for ep in episodes)
+    assert environment_loss_tokens(rollout, spans) == (0 if mask_mode == "completion" else env_tokens)
+
+
+def _update(tok, mask_mode: str, fast_paths: bool) -> tuple[dict[str, float], list[torch.Tensor]]:
+    settings = grpo_settings(
+        {"num_generations": G, "beta": 0.04, "mask_mode": mask_mode, "micro_batch_size": 2,
+         "mask_truncated_completions": False, "max_grad_norm": 1e9},
+        fast_paths=fast_paths,
+    )  # fmt: skip
+    policy = tiny_llama(tok, seed=0)
+    params = list(policy.parameters())
+    reference = build_reference(policy, "none", True, settings.reference_mode)
+    learner = Learner(
+        settings, policy, make_adamw(params, settings), params, reference, DataParallel(), "cpu"
+    )
+    rollout, _ = built(tok)
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), G, "group", 1e-4).advantages
+    metrics = update(learner, StepBatch([{}] * 4, rollout, adv.clone(), {}, adv))
+    return metrics, [p.grad.clone() for p in params]
+
+
+def test_the_trainers_update_reports_the_environment_share_and_h02_fires(tok):
+    right, right_grads = _update(tok, "completion", fast_paths=True)
+    plain, plain_grads = _update(tok, "completion", fast_paths=False)
+    wrong, _ = _update(tok, "with_environment", fast_paths=True)
+    _, episodes = built(tok)
+    env = sum(e.owners.count(ENVIRONMENT) for e in episodes)
+    total = sum(len(e.ids) for e in episodes)
+    assert right[ENV_LOSS_SHARE] == 0.0 and right["num_loss_tokens"] == total - env
+    assert wrong[ENV_LOSS_SHARE] == pytest.approx(env / total) and wrong["num_loss_tokens"] == total
+    assert right[PROMPT_LOSS_SHARE] == wrong[PROMPT_LOSS_SHARE] == 0.0
+    for a, b in zip(right_grads, plain_grads, strict=True):  # shared-prompt fast path: the same tokens train
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    import pandas as pd
+
+    thresholds = report_settings().diagnostics
+    for metrics, status in ((right, "ok"), (wrong, "flagged")):
+        frame = pd.DataFrame([{"step": 0, **metrics}, {"step": 1, **metrics}])
+        flag = check_run("r", frame, thresholds, only=("environment loss",))[0]
+        assert flag.status == status and (status == "ok" or flag.first_step == 0)
