@@ -84,7 +84,9 @@ def test_every_settings_class_with_rules_has_a_case():
     from prefpipe.settings.run import RunSettings
 
     def subclasses(cls):
-        return {c.__name__ for c in cls.__subclasses__()} | {n for c in cls.__subclasses__() for n in subclasses(c)}
+        return {c.__name__ for c in cls.__subclasses__()} | {
+            n for c in cls.__subclasses__() for n in subclasses(c)
+        }
 
     assert set(RULES) <= subclasses(RunSettings)
     assert set(RULES) == {

@@ -10,7 +10,8 @@ import shlex
 # even by SIGKILL (prefpipe.common.interrupts.die_with_parent): it checkpoints and stops instead of running on.
 from prefpipe.active import layout as al_layout
 from prefpipe.active.select import acquisition
-from prefpipe.common import model_ref, results_owner, slurm_guard
+from prefpipe.common import model_ref, slurm_guard
+from prefpipe.common.results import results_owner
 from prefpipe.settings import schema
 
 # The schemas are this workflow's own (workflow/schemas), for this process and every job it starts.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prefpipe.common.transformers_api import cache_kwargs, output_cache
+from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.environments.base import EnvironmentSession
 from prefpipe.grpo.rollout.episodes.episode import (
     ANSWERED,
