@@ -51,18 +51,20 @@ export PATH="$(dirname "$PY"):$PATH" PYTHONPATH="$PWD/src" HF_HUB_OFFLINE=1 WAND
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
     "$PY" -c 'import torch, transformers, snakemake; print(torch.__version__, transformers.__version__, snakemake.__version__, torch.cuda.is_available())'
 } >"$OUT/env.txt" 2>&1
-# the experiment's results folder: the last config file that names an experiment wins, as Snakemake merges them
-experiment=$("$PY" -c 'import sys, yaml
-names = [(yaml.safe_load(open(f)) or {}).get("experiment") for f in sys.argv[1:]]
-print([n for n in names if n][-1])' $CONFIGS) || exit 1
-results="results/$experiment"
-configfiles=()
-for file in $CONFIGS; do configfiles+=("--configfile=$file"); done
+# the run's results folder as the workflow resolves it: the last config file that sets results_dir (else
+# results/{experiment}) and experiment wins, as Snakemake merges them
+results=$("$PY" -c 'import sys, yaml
+merged = {"results_dir": "results/{experiment}"}
+for f in sys.argv[1:]:
+    merged.update({k: v for k, v in (yaml.safe_load(open(f)) or {}).items() if k in ("experiment", "results_dir") and v})
+print(merged["results_dir"].format(experiment=merged["experiment"]))' $CONFIGS) || exit 1
+# one --configfile with every file: Snakemake merges them in order (a repeated flag would keep only the last)
+read -r -a configfiles <<<"$CONFIGS"
 
 start=$(date +%s.%N)
 # shellcheck disable=SC2086  # targets are separate words
-timeout "$BUDGET_S" snakemake ${PREFPIPE_WORKFLOW_TARGETS:-} --cores "$(nproc)" --resources gpu=4 "${configfiles[@]}" \
-    >"$OUT/snakemake.log" 2>&1
+timeout "$BUDGET_S" snakemake ${PREFPIPE_WORKFLOW_TARGETS:-} --cores "$(nproc)" --configfile "${configfiles[@]}" \
+    --resources gpu=4 >"$OUT/snakemake.log" 2>&1
 rc=$?
 wall=$(echo "$(date +%s.%N) - $start" | bc)
 flags=()

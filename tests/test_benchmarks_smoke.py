@@ -66,12 +66,14 @@ SMOKE = {
     ),
 }
 NOT_SCRIPTS = {"common.py"}  # imported by the scripts, run through them
-SHELL = ("setup.sh", "gpu_wheels.sh")
+SHELL = ("setup.sh", "gpu_wheels.sh", "gpu_workflow_wheels.sh", "gpu_workflow.sh")
+# run by another script's smoke (test_gpu_workflow_script_smoke), not on its own
+RUN_BY = {"workflow_record.py": "gpu_workflow.sh"}
 
 
 def test_every_benchmark_script_has_a_smoke() -> None:
     """A new script in benchmarks/ must be added to SMOKE (or it would rot unseen)."""
-    scripts = {p.name for p in BENCH.glob("*.py")} - NOT_SCRIPTS
+    scripts = {p.name for p in BENCH.glob("*.py")} - NOT_SCRIPTS - set(RUN_BY)
     assert scripts == set(SMOKE), f"benchmarks/ scripts without a smoke entry: {scripts - set(SMOKE)}"
     assert {p.name for p in BENCH.glob("*.sh")} == set(SHELL)
 
@@ -150,3 +152,32 @@ def test_smoke_names_a_broken_script(tmp_path: Path) -> None:
     finally:
         broken.unlink()
         del SMOKE["_broken_smoke_probe.py"]
+
+
+def test_gpu_workflow_script_smoke(tmp_path: Path) -> None:
+    """benchmarks/gpu_workflow.sh (the workflow's GPU run) on the CPU: gpu_smoke.yaml with the tiny overlay, up to
+    the base only, into a temporary results folder. Its record (workflow_record.py) has the rc, the jobs and each
+    stage's device; --require-cuda then refuses the run, naming the GPU stage that ran on the CPU."""
+    where = tmp_path / "where.yaml"
+    where.write_text(f"results_dir: {tmp_path}/results\n")
+    configs = f"config/experiments/gpu_smoke.yaml .test/config/tiny.yaml {where}"
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PREFPIPE_WORKFLOW_PYTHON": sys.executable,
+           "PREFPIPE_REQUIRE_CUDA": "0", "PREFPIPE_GPU_CONFIGS": configs, "OMP_NUM_THREADS": "1",
+           "PREFPIPE_WORKFLOW_TARGETS": f"{tmp_path}/results/base/summary.json"}  # fmt: skip
+    res = subprocess.run(["bash", str(BENCH / "gpu_workflow.sh")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, (
+        f"benchmarks/gpu_workflow.sh failed (rc {res.returncode}):\n{res.stdout[-3000:]}"
+    )
+    record = json.loads((tmp_path / "out" / "workflow.json").read_text())
+    assert record["rc"] == 0 and record["jobs"] == {"done": 2, "total": 2}
+    stages = {s["stage"]: s for s in record["stages"]}
+    assert set(stages) == {"prep_data", "build_base"}
+    assert stages["build_base"]["device"] == "cpu" and stages["build_base"]["stage_seconds"] > 0
+    assert set(record["job_seconds"]) == {"prep_data", "build_base"}
+    assert record["off_cuda"] == ["base"]  # the GPU stage that ran on the CPU; prep_data is no GPU stage
+    check = subprocess.run(
+        [sys.executable, str(BENCH / "workflow_record.py"), "--results", f"{tmp_path}/results", "--log",
+         str(tmp_path / "out" / "snakemake.log"), "--rc", "0", "--wall", "1", "--out", str(tmp_path / "again.json"),
+         "--require-cuda"], capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 1 and "stages not on CUDA: ['base']" in check.stderr

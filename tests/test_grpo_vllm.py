@@ -41,7 +41,7 @@ def _check_steps(rows: list[dict], label: str) -> None:
                         "engine_probe_gap",
                         "engine_probe_step_change",
                         "is_weight_mean",
-                        "gen_time",
+                        "phase/rollout_s",
                         "engine_sync_time",
                     )
                 }

@@ -239,3 +239,16 @@ def test_without_its_broken_variant_the_ablation_names_the_farthest_one_for_what
     full = tmp_path / "full"
     build(_config(), root, full, manifest())
     assert "| bgpm-broken | broken: every fix off |" in (full / "report.md").read_text()
+
+
+def test_the_grpo_section_shows_where_the_step_time_goes(built):
+    """The phase table: each run's mean share per phase, from the metrics rows (rollout 1.0 of 1.8 s, reward 0.2,
+    log-probs 0.1, update 0.4, sync 0, other 0.1 in the fixture)."""
+    md = built["md"]
+    assert "Where the step time goes" in md
+    table = md.split("Where the step time goes", 1)[1].split("\n\n", 2)[1]
+    body = [line for line in table.splitlines() if line.startswith("|")][2:]
+    assert body, table
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1:] == ["1.8", "56%", "11%", "6%", "22%", "0%", "6%"], line

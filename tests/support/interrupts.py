@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from prefpipe.grpo.metric_names import PHASE_KEYS
 from support.stages import stage_env
 
 TOL = 1e-6  # absolute and relative tolerance for every compared number (observed: exact equality)
 # Wall-clock fields differ between any two runs; everything else must match (`seconds`, `feature_seconds`: the
 # reward summary's head_fit records).
-TIMING = {"time", "step_time", "gen_time", "score_time", "train_time", "tokens_per_second", "wall_time_s",
-          "seconds_per_step", "resumed_from_step", "seconds", "feature_seconds"}  # fmt: skip
+TIMING = {"time", "step_time", "tokens_per_second", "wall_time_s", "seconds_per_step", "resumed_from_step",
+          "seconds", "feature_seconds", *PHASE_KEYS}  # fmt: skip
 
 
 def stage_command(module: str, config: str, out: Path, **paths: Path) -> list[str]:

@@ -213,6 +213,11 @@ def _grpo_rows(run: str, steps: int) -> list[dict[str, Any]]:
             env_loss_share=0.0,
         )
         row.update(step_time=1.8, loss=0.01, custom_debug_value=1)
+        phases = {"rollout": 1.0, "reward": 0.2, "logprobs": 0.1, "update": 0.4, "sync": 0.0, "other": 0.1}
+        row.update(
+            {f"phase/{p}_s": v for p, v in phases.items()}
+            | {f"phase/{p}_share": v / 1.8 for p, v in phases.items()}
+        )
         kl = {"k1": k3 * 0.9, "k2": k3 * 0.8, "k3": k3}
         # the names train_grpo writes (prefpipe.grpo.algorithm.diagnostics / trainer)
         row.update({"reward/verifier_mean": 0.1 + 0.02 * t, "reward/verifier_std": 0.4})

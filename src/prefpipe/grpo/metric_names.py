@@ -66,7 +66,12 @@ ENGINE_SYNC_TIME = (
 # The loss of the first optimizer pass over the batch (equal to `loss` with num_iterations 1): what the one-step
 # inspector's table sums to.
 LOSS_FIRST_ITERATION = "loss_first_iteration"
-TIMING_KEYS = (STEP_TIME, "gen_time", "score_time", "train_time", "tokens_per_second", ENGINE_SYNC_TIME)
+# Per-phase seconds and shares of a step (common/torch_runtime/phases.PhaseClock): PHASE_PREFIX + <phase>_s and
+# <phase>_share for each of PHASES and `other` (what no phase claimed: inspection saves, bookkeeping).
+PHASE_PREFIX = "phase/"
+PHASES = ("rollout", "reward", "logprobs", "update", "sync", "other")
+PHASE_KEYS = tuple(f"{PHASE_PREFIX}{p}_{unit}" for p in PHASES for unit in ("s", "share"))
+TIMING_KEYS = (STEP_TIME, "tokens_per_second", ENGINE_SYNC_TIME, *PHASE_KEYS)
 
 # --- train_grpo summary.json
 REWARD_HACKING = "reward_hacking"  # the over-optimisation block (grpo/analyses/hacking.py)

@@ -10,17 +10,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefpipe.common.io import atomic_dir
+from prefpipe.common.torch_runtime.device import resolve_device
 from prefpipe.common.torch_runtime.model_errors import model_load
 from prefpipe.common.torch_runtime.transformers_api import get_peft_model, load_peft_adapter
 from prefpipe.settings.grpo import GrpoLoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:
@@ -42,7 +37,7 @@ def load_policy(
 ):
     """(model, tokenizer, lora_state): lora_state is none (full fine-tuning), fresh or trained (adapter folder)."""
     torch_dtype = DTYPES[dtype]
-    target = pick_device(device)
+    target = resolve_device(device, "grpo.device")
     with model_load(path, "policy"):
         model, tokenizer, state = _load(path, torch_dtype)
     if state == "none" and lora is not None and lora.enabled:

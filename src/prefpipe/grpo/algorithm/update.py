@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.config import ConfigError
+from prefpipe.common.torch_runtime.phases import PhaseClock
 from prefpipe.common.torch_runtime.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_span
@@ -67,6 +68,10 @@ class Learner:
     reference: ReferencePolicy | None
     dp: DataParallel
     device: torch.device
+    clock: PhaseClock | None = None  # the trainer's per-phase timing (log-probs, update); None: untimed
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.clock.phase(name) if self.clock is not None else contextlib.nullcontext()
 
 
 @dataclass
@@ -266,12 +271,13 @@ def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
         log.warning("no completion token carries loss this step (all truncated and masked): no update")
         return {"update_skipped": 1.0, "num_loss_tokens": 0, PROMPT_LOSS_SHARE: 0.0, ENV_LOSS_SHARE: 0.0}
     norms = BatchNorms(n_global, loss_tokens, n_spans, s.max_new_tokens)
-    frozen = frozen_logprobs(learner, micro)
+    with learner.phase("logprobs"):  # old (num_iterations > 1) and reference log-probs, without gradients
+        frozen = frozen_logprobs(learner, micro)
     first = FirstPass.zeros(n, width, learner.device, s.kl_to_reference)
     sums = torch.zeros(5, dtype=torch.float64, device=learner.device)
     first_iteration_loss, grad_norms = 0.0, []
     learner.policy.train()
-    with checkpointed(learner.policy, s.gradient_checkpointing):
+    with learner.phase("update"), checkpointed(learner.policy, s.gradient_checkpointing):
         for it in range(s.num_iterations):
             learner.optimizer.zero_grad(set_to_none=True)
             it_sums = dp.sum(_iteration(learner, batch, micro, frozen, norms, first if it == 0 else None))

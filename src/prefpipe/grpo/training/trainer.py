@@ -22,6 +22,7 @@ from prefpipe.common.interrupts import StageInterrupted, StopRequest
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.progress import Progress
 from prefpipe.common.run_record import RunRecord
+from prefpipe.common.torch_runtime.phases import PhaseClock
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.reference import ReferencePolicy, build_reference
 from prefpipe.grpo.algorithm.train_state import load_train_state, save_train_state
@@ -30,7 +31,7 @@ from prefpipe.grpo.analyses.hacking import overoptimisation
 from prefpipe.grpo.analyses.risk import risk_summary
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.inspector import save as inspect_step_save
-from prefpipe.grpo.metric_names import REWARD_HACKING, REWARD_MEAN, RISK_PENALTY, STEP_TIME
+from prefpipe.grpo.metric_names import PHASE_PREFIX, REWARD_HACKING, REWARD_MEAN, RISK_PENALTY, STEP_TIME
 from prefpipe.grpo.policy_eval.curve import LearningCurve
 from prefpipe.grpo.rewards import RewardModelReward, WeightedReward, needs_reference_completions
 from prefpipe.grpo.rollout.completions import GenerationSettings, generate
@@ -117,8 +118,9 @@ class GRPOTrainer:
             self.ref_cache.update({r["id"]: text for r, text in zip(todo, out.texts, strict=True)})
         return [self.ref_cache[r["id"]] for r in rows]
 
-    def _rollout(self, step: int) -> tuple[StepBatch, dict[str, float]]:
+    def _rollout(self, step: int, clock: PhaseClock | None = None) -> tuple[StepBatch, dict[str, float]]:
         settings, G = self.settings, self.settings.num_generations
+        clock = clock or PhaseClock(self.device, PHASE_PREFIX)
         torch.manual_seed(settings.seed * 100_003 + step)
         rows = [
             self.rows[i]
@@ -128,24 +130,30 @@ class GRPOTrainer:
         share = self.dp.share(len(rows))
         rows = rows[share]
         uniforms = uniforms[share.start * G : share.stop * G]
-        t0 = time.perf_counter()
         prompts = [conversation(r) for r in rows]
-        rollout = self.engine.generate(
-            self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step, share.start
-        )
-        t1 = time.perf_counter()
-        refs = None
-        if self.needs_ref_completions:
-            refs = [text for text in self._reference_completions(rows) for _ in range(G)]
-        sampled = (rows, rollout, reward_inputs(rows, rollout, G, refs))
-        batch, metrics = score_batch(settings, self.rewards, self.dp, share, sampled, self.device)
-        metrics.update({"gen_time": t1 - t0, "score_time": time.perf_counter() - t1})
-        return batch, metrics
+        # rollout: the policy's samples, and the reference's greedy replies a reward needs
+        with clock.phase("rollout"):
+            rollout = self.engine.generate(
+                self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step, share.start
+            )
+            refs = None
+            if self.needs_ref_completions:
+                refs = [text for text in self._reference_completions(rows) for _ in range(G)]
+        with clock.phase("reward"):
+            sampled = (rows, rollout, reward_inputs(rows, rollout, G, refs))
+            return score_batch(settings, self.rewards, self.dp, share, sampled, self.device)
 
     # ------------------------------------------------------------------------------------------ update
-    def _update(self, batch: StepBatch) -> dict[str, float]:
+    def _update(self, batch: StepBatch, clock: PhaseClock | None = None) -> dict[str, float]:
         learner = Learner(
-            self.settings, self.policy, self.optimizer, self.params, self.reference, self.dp, self.device
+            self.settings,
+            self.policy,
+            self.optimizer,
+            self.params,
+            self.reference,
+            self.dp,
+            self.device,
+            clock,
         )
         return update(learner, batch)
 
@@ -269,19 +277,20 @@ class GRPOTrainer:
         """One step: sample and score the batch, update the policy; the step's metrics row."""
         for group in self.optimizer.param_groups:
             group["lr"] = self._lr(step)
+        clock = PhaseClock(self.device, PHASE_PREFIX)  # metric_names.PHASES: seconds and shares
         t0 = time.perf_counter()
-        batch, metrics = self._rollout(step)
+        batch, metrics = self._rollout(step, clock)
         if step in self.settings.inspect_steps and self.dp.is_main:
             self._save_inspection(step, batch)
-        t1 = time.perf_counter()
-        metrics.update(self._update(batch))
-        metrics.update(self.engine.sync(self.policy, step))  # the next rollout samples the updated policy
+        metrics.update(self._update(batch, clock))
+        with clock.phase("sync"):  # the next rollout samples the updated policy
+            metrics.update(self.engine.sync(self.policy, step))
         step_time = time.perf_counter() - t0
         n_tokens = int(batch.rollout.attention_mask.sum())
         metrics.update(
             {
                 "lr": self._lr(step),
-                "train_time": time.perf_counter() - t1,
+                **clock.metrics(step_time),
                 STEP_TIME: step_time,
                 "num_tokens": n_tokens,
                 "tokens_per_second": n_tokens / max(step_time, 1e-9),

@@ -31,6 +31,27 @@ def _sources(config: dict) -> str:
     return ", ".join(f"{s.get('type')} x{s.get('weight')}" for s in specs if isinstance(s, dict)) or NA
 
 
+def _phase_table(metrics, names: list[str]) -> Table | None:
+    """Where each run's step time went: the mean share of each phase over its steps (runs that logged them)."""
+    keys = [f"{gm.PHASE_PREFIX}{p}_share" for p in gm.PHASES]
+    if metrics.empty or not set(keys) <= set(metrics.columns):
+        return None
+    rows = []
+    for run in names:
+        part = metrics[metrics["run"] == run]
+        if part[keys].notna().all(axis=1).any():
+            shares = [f"{100 * part[k].mean():.0f}%" for k in keys]
+            rows.append([run, num(part[gm.STEP_TIME].mean()), *shares])
+    if not rows:
+        return None
+    return Table(
+        "Where the step time goes (mean share per phase; the device synchronised at each phase boundary)",
+        ["Run", "s/step", *gm.PHASES],
+        rows,
+        anchor="grpo-phases",
+    )
+
+
 def build(ctx: Context) -> Section | None:
     metrics = frames.metrics(ctx.tree, "grpo_metrics", "run")
     if metrics.empty and not ctx.tree.names("grpo"):
@@ -58,6 +79,9 @@ def build(ctx: Context) -> Section | None:
         )
     ]
     names = [r for r in ctx.runs if not metrics.empty and r in set(metrics["run"])]
+    phases = _phase_table(metrics, names)
+    if phases is not None:
+        blocks.append(phases)
     blocks += training_figures(ctx, metrics, groups(names, []), "run", PANELS, "grpo")
     betas = {r: (ctx.tree.config("grpo", r) or {}).get("beta") for r in ctx.runs}
     flags = explain_unrecorded(diagnose(metrics, "run", ctx.settings.diagnostics), betas)
