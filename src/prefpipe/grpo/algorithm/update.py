@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.config import ConfigError
+from prefpipe.common.optim.master_weights import MasterWeights, needs_master_weights
 from prefpipe.common.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
-from prefpipe.grpo.algorithm.master_weights import MasterWeights, needs_master_weights
 from prefpipe.grpo.algorithm.reference import ReferencePolicy
 from prefpipe.grpo.algorithm.spans import PackedSpan, Span, completion_loss_mask, loss_spans, plain_span
 from prefpipe.grpo.data_parallel import DataParallel
