@@ -342,7 +342,7 @@ class RewardTrainer:
                         raise TrainingInterrupted(done, path, signum)
         self.acc.wait_for_everyone()
         full_precision(self.rm, optimizer)  # bf16_master: the fp32 master copies from here on
-        self.prepared_model = model
+        self.prepared_model, self.optimizer = model, optimizer
         finetuned_head = None
         if t.head_fit.after_steps and self.acc.is_main_process:  # kept so evaluation can score it too
             head = self.acc.unwrap_model(model).head
