@@ -67,7 +67,9 @@ class BackboneSettings:
     likelihood_features: bool | str
     trust_remote_code: bool
     gradient_checkpointing: bool
-    precision: str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | bf16_master (fp32 master copies)
+    precision: (
+        str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | bf16_master (fp32 master copies)
+    )
     pad_token_fix: str  # tokenizer without pad token: eos (decoders only, logged) | error
     attn_implementation: str | None
 
