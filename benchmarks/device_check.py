@@ -57,10 +57,7 @@ def sides(device: str) -> dict[str, dict]:
     pack = {"train": {**sync, "packing": True, "packing_row_tokens": rows}}
     if flash:
         pack["backbone"] = {"attn_implementation": "flash_attention_2"}
-    fast = {
-        "train": {**pack["train"], **deferred},
-        "backbone": {**pack.get("backbone", {}), "precision": "bf16_master"},
-    }
+    fast = {"train": {**pack["train"], **deferred}, "backbone": {**pack.get("backbone", {}), "precision": "bf16_master"}}
     liger = device != "cpu" and importlib.util.find_spec("liger_kernel") is not None
     return {
         "prefpipe_bt": {"train": sync},
@@ -122,12 +119,7 @@ def main() -> None:
             payload["results"] = results
             gpu.write(out, payload)
         if r == 0:  # the host-sync check, once
-            check = {
-                **case,
-                **variants["prefpipe_bt_fast"],
-                "side": "prefpipe_bt_fast",
-                "sync_debug": a.sync_debug,
-            }
+            check = {**case, **variants["prefpipe_bt_fast"], "side": "prefpipe_bt_fast", "sync_debug": a.sync_debug}
             payload["sync_check"] = runner.run("reward", check)
             gpu.write(out, payload)
     for row in payload["rows"]:
@@ -135,9 +127,7 @@ def main() -> None:
             row["side"], {k: row.get(k) for k in ("pairs_per_s", "speedup_vs_trl", "mfu", "peak_memory_gib")}
         )
     sync = payload.get("sync_check", {})
-    print(
-        "sync_check", {k: sync.get(k) for k in ("sync_debug", "syncs", "sync_sites", "host_reads", "error")}
-    )
+    print("sync_check", {k: sync.get(k) for k in ("sync_debug", "syncs", "sync_sites", "host_reads", "error")})
     print(f"written {out}")
 
 

@@ -292,9 +292,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
     ap.add_argument("--quick", action="store_true", help="one round, fewer steps (a smoke run)")
-    ap.add_argument(
-        "--smoke", action="store_true", help="one round of 2 timed steps of 4 pairs (CI: seconds)"
-    )
+    ap.add_argument("--smoke", action="store_true", help="one round of 2 timed steps of 4 pairs (CI: seconds)")
     ap.add_argument("--only", choices=["tiny", "smollm2"], action="append")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train", default="{}", help="JSON of train.* overrides for prefpipe's side, e.g. "
@@ -315,12 +313,7 @@ def main() -> None:
         if a.smoke:
             case.update(batch=4, steps=2)
         case["train"], case["backbone"] = json.loads(a.train), json.loads(a.backbone)
-        cases.append(
-            {
-                **case,
-                **prepare("tiny", 16 if a.smoke else 512, case["max_length"], work, 200 if a.smoke else 2000),
-            }
-        )
+        cases.append({**case, **prepare("tiny", 16 if a.smoke else 512, case["max_length"], work, 200 if a.smoke else 2000)})
     if "smollm2" in only:
         case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
         case["train"], case["backbone"] = json.loads(a.train), json.loads(a.backbone)
