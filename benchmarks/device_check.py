@@ -11,15 +11,24 @@ MFU on real tokens and peak memory per side; raw JSON into --out (on the device 
 Sides (one child process each, gpu.py's workers; same base model, same pairs and token ids, 32 pairs a step,
 max_length 512 at 0.5b):
   prefpipe_bt            the config defaults (precision auto: fp32 weights under bf16 autocast; share_prompt,
-                         cuda_length_buckets 1): the baseline the issue measured
+                         cuda_length_buckets 1) with a host read of the metrics every step (cuda_metrics_every 1):
+                         the baseline the issue measured
+  prefpipe_bt_async      + train.cuda_metrics_every 3: no host sync inside a step, metrics read every 3 steps
+  prefpipe_bt_master     + backbone.precision bf16_master: bf16 weights, fp32 master copies and Adam state
   prefpipe_bt_packed     + train.packing (one packed row when flash-attn is importable and the backbone runs it
                          as attn_implementation flash_attention_2, else rows of 4096 tokens under sdpa)
-  prefpipe_gpm_packed, prefpipe_bgpm_packed   the same levers for GPM and the Bayesian GPM
+  prefpipe_bt_fast, prefpipe_gpm_fast, prefpipe_bgpm_fast   all three levers together
   trl                    RewardTrainer, fp32 weights, bf16=True (the issue's setting)
   trl_bf16               RewardTrainer with the weights loaded in bf16 (its fastest documented setting here;
                          use_liger_kernel when liger_kernel is importable). TRL 1.16's RewardTrainer has no
                          padding-free option.
-Step times are wall seconds between optimizer-step ends (torch.cuda.synchronize first), warm-up step excluded.
+Step times are wall seconds between optimizer-step ends (torch.cuda.synchronize first), warm-up step excluded;
+with metrics read every k steps, between reads (where the device has caught up) divided by k, the first window
+(with the warm-up step) excluded (reward_train.per_step).
+Host syncs: after the first round, one run of prefpipe_bt_fast's settings under torch.cuda.set_sync_debug_mode
+(--sync-debug, default warn: every synchronising call site and its count, in "sync_check"; error stops at the
+first) from the first metrics read to the last; the trainer's own reads lift the mode, so any site listed is a
+host sync inside a step. On CPU (no CUDA) the run reports its host reads only.
 MFU = 6 x (parameters outside the embedding) x real tokens/s / --peak-tflops (attention FLOPs not counted).
 Rounds after the first run only while the budget allows (gpu.Runner); the JSON is rewritten after each child.
 """
@@ -40,19 +49,24 @@ import reward_train  # noqa: E402
 
 
 def sides(device: str) -> dict[str, dict]:
-    """Each side's case overrides on this machine."""
+    """Each side's case overrides on this machine. On CPU the per-step read is metrics_every (the CPU key)."""
     flash = device != "cpu" and importlib.util.find_spec("flash_attn") is not None
-    pack = {
-        "train": {"packing": True, "packing_row_tokens": 0 if flash else (4096 if device != "cpu" else 256)}
-    }
+    key = "metrics_every" if device == "cpu" else "cuda_metrics_every"
+    sync, deferred = {key: 1}, {key: 3}
+    rows = 0 if flash else (4096 if device != "cpu" else 256)
+    pack = {"train": {**sync, "packing": True, "packing_row_tokens": rows}}
     if flash:
         pack["backbone"] = {"attn_implementation": "flash_attention_2"}
+    fast = {"train": {**pack["train"], **deferred}, "backbone": {**pack.get("backbone", {}), "precision": "bf16_master"}}
     liger = device != "cpu" and importlib.util.find_spec("liger_kernel") is not None
     return {
-        "prefpipe_bt": {},
+        "prefpipe_bt": {"train": sync},
+        "prefpipe_bt_async": {"train": deferred},
+        "prefpipe_bt_master": {"train": sync, "backbone": {"precision": "bf16_master"}},
         "prefpipe_bt_packed": pack,
-        "prefpipe_gpm_packed": pack,
-        "prefpipe_bgpm_packed": pack,
+        "prefpipe_bt_fast": fast,
+        "prefpipe_gpm_fast": fast,
+        "prefpipe_bgpm_fast": fast,
         "trl": {},
         "trl_bf16": {"trl_dtype": "bfloat16" if device != "cpu" else "float32",
                      "trl_args": {"use_liger_kernel": True} if liger else {}},
@@ -67,11 +81,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--sync-debug", choices=["warn", "error"], default="warn")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / "device_check.json"
     tiny = a.size == "tiny"
-    g = dict(batch=4 if tiny else 32, max_length=128 if tiny else 512, lr=1e-5, steps=2 if tiny else 6)
+    # steps + 1 run (the first is warm-up): 7 at 0.5b, read every 3 under the deferred sides (windows 4-6, 7)
+    g = dict(batch=4 if tiny else 32, max_length=128 if tiny else 512, lr=1e-5, steps=3 if tiny else 6)
     work = Path(tempfile.mkdtemp(prefix="prefpipe-device-check-"))
     tok_dir = gpu.ASSETS / "tokenizer"
     pairs_file = gpu.ASSETS / "hh_pairs.jsonl"
@@ -102,10 +118,16 @@ def main() -> None:
             )
             payload["results"] = results
             gpu.write(out, payload)
+        if r == 0:  # the host-sync check, once
+            check = {**case, **variants["prefpipe_bt_fast"], "side": "prefpipe_bt_fast", "sync_debug": a.sync_debug}
+            payload["sync_check"] = runner.run("reward", check)
+            gpu.write(out, payload)
     for row in payload["rows"]:
         print(
             row["side"], {k: row.get(k) for k in ("pairs_per_s", "speedup_vs_trl", "mfu", "peak_memory_gib")}
         )
+    sync = payload.get("sync_check", {})
+    print("sync_check", {k: sync.get(k) for k in ("sync_debug", "syncs", "sync_sites", "host_reads", "error")})
     print(f"written {out}")
 
 

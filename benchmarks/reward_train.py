@@ -29,6 +29,8 @@ import json
 import statistics
 import sys
 import tempfile
+import warnings
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,6 +113,25 @@ def intervals(marks: list[float]) -> list[float]:
     return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 
 
+def per_step(marks: list[tuple[int, float]], tokens: dict[str, list[int]]) -> dict[str, list[float]]:
+    """Step times and tokens from (step, time) marks at the trainer's metric reads (train.metrics_every: the
+    device has caught up there): each window's time and tokens spread over its steps; the first window (with
+    the warm-up step) drops out. One mark per step gives `intervals` and the counts as they are."""
+    out: dict[str, list[float]] = {"times": [], **{k: [] for k in tokens}}
+    for i, ((a, ta), (b, tb)) in enumerate(zip(marks, marks[1:], strict=False)):
+        n = b - a
+        out["times"] += [(tb - ta) / n] * n
+        for k, v in tokens.items():
+            out[k] += [v[i] / n] * n
+    return out
+
+
+def sync_sites(seen: list) -> dict:
+    """The CUDA sync-debug warnings caught (torch.cuda.set_sync_debug_mode("warn")): call site -> count."""
+    sites = Counter(f"{w.filename}:{w.lineno}" for w in seen if "synchroniz" in str(w.message))
+    return {"sync_sites": dict(sites), "syncs": sum(sites.values())}
+
+
 class TokenCounter:
     """Counts the token positions a backbone is fed (forward pre-hook): real (attention mask ones, positions
     of a 4-D mask that attend to or are attended by another; all of them when no mask is passed) and padded (input_ids.numel()), per optimizer step between `mark()` calls.
@@ -156,6 +177,7 @@ def worker_prefpipe(case: dict, head: str) -> dict:
 
     from prefpipe.reward.model import build_reward_model
     from prefpipe.reward.pairs import read_pairs
+    from prefpipe.reward.train_setup import metrics_every_for
     from prefpipe.reward.trainer import RewardTrainer
 
     torch.set_num_threads(1)
@@ -185,15 +207,30 @@ def worker_prefpipe(case: dict, head: str) -> dict:
     rm = build_reward_model(case["base"], settings)
     counter = TokenCounter(rm.backbone)
     pairs, _ = read_pairs(case["pairs"])
-    marks: list[float] = []
+    # marks at the metric reads (every step at metrics_every 1): between them the host does not wait for the device
+    every = metrics_every_for(torch.device("cuda" if torch.cuda.is_available() else "cpu"), settings.train)
+    last = settings.train.steps
+    # case["sync_debug"] (warn | error, CUDA): torch.cuda.set_sync_debug_mode from the first read to the last (the
+    # warm-up and the code after the loop excluded; the trainer lifts it around its own reads)
+    mode = case.get("sync_debug") if torch.cuda.is_available() else None
+    marks: list[tuple[int, float]] = []
 
-    def on_end(*_):
-        marks.append(now())
-        counter.mark()
+    def on_end(step, _row):
+        if step % every == 0 or step == last:
+            marks.append((step, now()))
+            counter.mark()
+            if mode:
+                torch.cuda.set_sync_debug_mode(mode if step < last else 0)
 
     trainer = RewardTrainer(rm, settings, pairs, tempfile.mkdtemp(), on_step_end=on_end)
-    trainer.train()
-    return {"times": intervals(marks), **counter.steps(), **common.cuda_peak_memory()}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always" if mode else "default")
+        trainer.train()
+    out = {**per_step(marks, counter.steps()), **common.cuda_peak_memory()}
+    out["host_reads"] = trainer.metrics.reads
+    if case.get("sync_debug"):
+        out.update(sync_debug=mode or "off (no CUDA)", **sync_sites(seen))
+    return out
 
 
 def worker_trl(case: dict) -> dict:
@@ -262,6 +299,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train", default="{}", help="JSON of train.* overrides for prefpipe's side, e.g. "
                     '\'{"packing": true, "packing_row_tokens": 512}\'')  # fmt: skip
+    ap.add_argument("--backbone", default="{}", help="JSON of backbone.* overrides for prefpipe's side, e.g. "
+                    '\'{"precision": "bf16_master"}\'')  # fmt: skip
     a = ap.parse_args()
     a.quick = a.quick or a.smoke
     if a.worker:
@@ -275,7 +314,7 @@ def main() -> None:
         case = dict(size="tiny", batch=32, max_length=128, lr=1e-3, steps=3 if a.quick else 12)
         if a.smoke:
             case.update(batch=4, steps=2)
-        case["train"] = json.loads(a.train)
+        case["train"], case["backbone"] = json.loads(a.train), json.loads(a.backbone)
         cases.append(
             {
                 **case,
@@ -284,7 +323,7 @@ def main() -> None:
         )
     if "smollm2" in only:
         case = dict(size="smollm2", batch=8, max_length=128, lr=1e-5, steps=2 if a.quick else 3)
-        case["train"] = json.loads(a.train)
+        case["train"], case["backbone"] = json.loads(a.train), json.loads(a.backbone)
         cases.append({**case, **prepare("smollm2", 64, case["max_length"], work)})
     rows = []
     peer = "TRL 1.16 RewardTrainer (BT)"
@@ -304,7 +343,7 @@ def main() -> None:
     path = common.write(
         "reward_train"
         + ("" if only == ["tiny"] else "_" + "_".join(sorted(only)))  # default: reward_train.json
-        + ("" if a.train == "{}" else "_levers"),
+        + ("" if a.train == a.backbone == "{}" else "_levers"),
         {"rows": rows, "unit": "training pairs per CPU second (median step)"},
     )
     print(f"written {path}")

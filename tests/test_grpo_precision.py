@@ -15,7 +15,7 @@ from support.stages import run_main
 
 from prefpipe import train_grpo
 from prefpipe.common.io import read_jsonl
-from prefpipe.grpo.algorithm.master_weights import MasterWeights
+from prefpipe.common.optim.master_weights import MasterWeights
 from prefpipe.grpo.algorithm.update import make_adamw
 from prefpipe.grpo.logprobs import completion_logprobs
 

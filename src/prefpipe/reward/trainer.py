@@ -4,13 +4,15 @@
 Data order is a pure function of (seed, step): epoch e uses a permutation seeded by (seed, e) and step t takes
 pairs [t*B, (t+1)*B) of the concatenated permutations, so a resumed run sees exactly the batches an
 uninterrupted one would. Checkpoints hold model, optimizer, scheduler, RNG, step and metric history; SIGTERM
-or SIGINT (Ctrl-C) triggers a checkpoint at the end of the current optimizer step, then TrainingInterrupted.
+or SIGINT (Ctrl-C) triggers a checkpoint at the end of the current optimizer step (several processes: at the
+next metrics read, where they agree on it), then TrainingInterrupted. A step never waits for the device: its
+metrics are read every train.metrics_every steps (reward/fast/step_metrics.py), and a non-finite loss stops the run
+there, naming its step.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,6 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
-from transformers import get_scheduler
 
 from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.config import ConfigError
@@ -29,17 +30,22 @@ from prefpipe.common.progress import Progress
 from prefpipe.reward import head_fit
 from prefpipe.reward.collate import TokenizedRow
 from prefpipe.reward.fast import packed, shared_prompt
+from prefpipe.reward.fast.step_metrics import StepMetrics, first_non_finite, host_read, non_finite_error
 from prefpipe.reward.heads.disentangle import pair_lengths, split_pairs
-from prefpipe.reward.metrics import ACCURACY, GRAD_NORM, HEAD_GRAD_NORM, KL_BETA, LOSS, STEP, SUMMED
+from prefpipe.reward.metrics import ACCURACY, GRAD_NORM, LOSS, STEP, SUMMED
 from prefpipe.reward.network import RewardModel
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.train_setup import (
-    SCHEDULES,
+    clip_gradients,
     deepspeed_param_dtype,
+    full_precision,
     head_grad_norm,
     length_buckets_for,
     make_accelerator,
     make_optimizer,
+    make_scheduler,
+    metrics_every_for,
+    precision_setup,
     to_device,
     total_steps,
 )
@@ -53,6 +59,8 @@ BOOKKEEPING = (
     "wandb",
     "torch_threads",
     "train.checkpoint_every",
+    "train.metrics_every",
+    "train.cuda_metrics_every",
     "train.keep_checkpoints",
     "train.resume",
 )
@@ -171,15 +179,16 @@ class RewardTrainer:
             )
         return self.rm.encoder.pad_buckets(chosen + rejected, buckets, t.bucket_pass_cost)
 
-    def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> dict[str, Any]:
-        """One optimizer step (ga micro-batches per process); returns the reduced metrics row."""
+    def _step(self, step: int, model: Any, optimizer: Any, scheduler: Any, rows: tuple) -> None:
+        """One optimizer step (ga micro-batches per process); its metrics stay on the device (self.metrics)
+        until the next read: nothing here waits for the device."""
         t, acc = self.settings.train, self.acc
         chosen, rejected = rows
-        t0 = time.time()
+        self.metrics.begin_step()
         per_proc = t.batch_size // acc.num_processes
         idx = self.batch_indices(step)[acc.process_index * per_proc : (acc.process_index + 1) * per_proc]
         model.train()
-        sums = torch.zeros(len(SUMMED) + 1, dtype=torch.float64, device=acc.device)
+        sums = torch.zeros(len(SUMMED), dtype=torch.float64, device=acc.device)
         grad_norm, head_norm, lr, beta = None, None, scheduler.get_last_lr()[0], 0.0
         for m in range(self.ga):
             micro = idx[m * t.micro_batch_size : (m + 1) * t.micro_batch_size]
@@ -189,11 +198,11 @@ class RewardTrainer:
                 out = model(**to_device(batch, acc.device))
                 parts = self.rm.head.loss(*split_pairs(out, self.lengths[:, micro]), step)
                 acc.backward(parts.loss)
-                if acc.sync_gradients:
+                if acc.sync_gradients:  # accelerate's optimizer skips the other micro-batches too
                     head_norm = head_grad_norm(acc.unwrap_model(model))
-                    grad_norm = acc.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad()
+                    grad_norm = clip_gradients(acc, model, optimizer, t.max_grad_norm)
+                    optimizer.step()
+                    optimizer.zero_grad()
             beta = parts.kl_beta
             values = [
                 parts.preference_loss * n,
@@ -202,22 +211,33 @@ class RewardTrainer:
                 parts.prob.sum(),
                 (parts.score > 0).sum(),
             ]
-            sums += torch.stack([v.detach().double() for v in values] + [sums.new_tensor(n)])
+            sums += torch.stack([v.detach().double() for v in values])
         scheduler.step()
-        sums = acc.reduce(sums, reduction="sum")
-        row = {k: float(sums[i] / sums[-1]) for i, k in enumerate(SUMMED)}
-        row.update(
-            {
-                STEP: step + 1,
-                KL_BETA: beta,
-                GRAD_NORM: None if grad_norm is None else float(grad_norm),
-                HEAD_GRAD_NORM: head_norm,
-            },
-            lr=lr,
-            epoch=round((step + 1) * t.batch_size / len(self.pairs), 4),
-            step_time=round(time.time() - t0, 4),
-        )
-        return row
+        epoch = round((step + 1) * t.batch_size / len(self.pairs), 4)
+        self.metrics.add(step + 1, sums, [grad_norm, head_norm], kl_beta=beta, lr=lr, epoch=epoch)
+
+    def _read(self, history: list[dict[str, Any]], bar: Progress) -> int:
+        """The host read of the steps since the last one: log their rows (history, progress, log_fn,
+        on_step_end), stop on a non-finite loss or gradient norm (rows up to that step are logged, as a
+        per-step read would), and return the stop signal every process agrees on (max of their signal numbers;
+        several processes compare at the reads, the same steps everywhere)."""
+        rows = self.metrics.read()
+        bad = first_non_finite(rows)
+        for row in rows if bad is None else rows[: bad[0] + 1]:
+            history.append(row)
+            bar.step(loss=row[LOSS], accuracy=row[ACCURACY], lr=row["lr"], grad_norm=row[GRAD_NORM])
+            if self.log_fn and self.acc.is_main_process:
+                self.log_fn(**row)
+            if self.on_step_end is not None:
+                self.on_step_end(row[STEP], row)
+        if bad is not None:
+            raise non_finite_error(rows[bad[0]], bad[1], self.metrics.every)
+        if self.acc.num_processes == 1:
+            return self.stop.signum or 0
+        flag = torch.tensor(float(self.stop.signum or 0), device=self.acc.device)
+        with host_read(self.acc.device):
+            self.metrics.reads += 1
+            return int(self.acc.reduce(flag, reduction="max"))
 
     def checkpoint_to_resume(self) -> Path | None:
         """The checkpoint train() will resume from (None: start fresh). Raises CheckpointMismatch when the
@@ -297,39 +317,32 @@ class RewardTrainer:
         half = deepspeed_param_dtype(self.acc)
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)
+        precision_setup(self.rm, s)  # bf16_master: bf16 backbone weights
         self.head_fit: dict[str, Any] = {}
         if self.checkpoint_to_resume() is None:  # a resumed run restores the fitted head and its buffers
             self._head_fit((chosen, rejected), "before")
         optimizer = make_optimizer(self.rm, s, self.acc)
-        scheduler = get_scheduler(
-            SCHEDULES[t.lr_schedule],
-            optimizer,
-            num_warmup_steps=t.warmup_steps,
-            num_training_steps=self.steps,
-        )
+        scheduler = make_scheduler(optimizer, s, self.steps)
         model, optimizer, scheduler = self.acc.prepare(self.rm, optimizer, scheduler)
-        fingerprint = self.fingerprint
+        self.metrics = StepMetrics(metrics_every_for(self.acc.device, t), t.batch_size, self.acc.reduce)
         start, history, resumed_from = self._resume()
         bar = Progress(self.steps, "reward training", start=start, enabled=self.acc.is_main_process)
         with self.stop, bar:
             for step in range(start, self.steps):
-                row = self._step(step, model, optimizer, scheduler, (chosen, rejected))
-                history.append(row)
-                bar.step(loss=row[LOSS], accuracy=row[ACCURACY], lr=row["lr"], grad_norm=row[GRAD_NORM])
-                if self.log_fn and self.acc.is_main_process:
-                    self.log_fn(**row)
-                if self.on_step_end is not None:
-                    self.on_step_end(step + 1, row)
-                # Every process stops at the same step when any one was signalled (max: the signal number).
-                flag = torch.tensor(float(self.stop.signum or 0), device=self.acc.device)
-                signum = int(self.acc.reduce(flag, reduction="max"))
-                every = t.checkpoint_every
-                if signum or (every and (step + 1) % every == 0 and step + 1 < self.steps):
-                    path = self._checkpoint(step + 1, fingerprint, history)
+                self._step(step, model, optimizer, scheduler, (chosen, rejected))
+                done, every = step + 1, t.checkpoint_every
+                checkpoint = every and done % every == 0 and done < self.steps
+                alone = self.acc.num_processes == 1 and self.stop.signum  # one process: stop at this step
+                if not (self.metrics.due(done, self.steps) or checkpoint or alone):
+                    continue
+                signum = self._read(history, bar)
+                if signum or checkpoint:
+                    path = self._checkpoint(done, self.fingerprint, history)
                     if signum:
-                        raise TrainingInterrupted(step + 1, path, signum)
+                        raise TrainingInterrupted(done, path, signum)
         self.acc.wait_for_everyone()
-        self.prepared_model = model
+        full_precision(self.rm, optimizer)  # bf16_master: the fp32 master copies from here on
+        self.prepared_model, self.optimizer = model, optimizer
         finetuned_head = None
         if t.head_fit.after_steps and self.acc.is_main_process:  # kept so evaluation can score it too
             head = self.acc.unwrap_model(model).head

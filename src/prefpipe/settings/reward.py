@@ -70,7 +70,9 @@ class BackboneSettings:
     likelihood_features: bool | str
     trust_remote_code: bool
     gradient_checkpointing: bool
-    precision: str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+    precision: (
+        str  # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | bf16_master (fp32 master copies)
+    )
     pad_token_fix: str  # tokenizer without pad token: eos (decoders only, logged) | error
     attn_implementation: str | None
 
@@ -121,6 +123,8 @@ class TrainSettings:
     length_balance: bool  # subsample to equal chosen-longer / chosen-shorter groups
     max_grad_norm: float
     checkpoint_every: int  # optimizer steps between checkpoints (0 = only on SIGTERM)
+    metrics_every: int  # optimizer steps between host reads of the metrics (device tensors in between)
+    cuda_metrics_every: int  # metrics_every on a CUDA device
     keep_checkpoints: bool
     resume: str  # auto: continue from <out>/checkpoints if present | never
     head_fit: HeadFitSettings

@@ -14,7 +14,7 @@ import torch
 
 from prefpipe.common import checkpoint as ckpt
 from prefpipe.common.io import atomic_write_json, read_json
-from prefpipe.grpo.algorithm.master_weights import MasterWeights
+from prefpipe.common.optim.master_weights import MasterWeights
 
 STATE_FILE = "state.pt"
 RECORDS_FILE = "records.json"

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.config import ConfigError
+from prefpipe.common.optim.master_weights import MasterWeights, needs_master_weights
 from prefpipe.common.torch_runtime.phases import PhaseClock
 from prefpipe.common.torch_runtime.transformers_api import set_activation_checkpointing, unwrap_peft
 from prefpipe.grpo.algorithm import diagnostics
 from prefpipe.grpo.algorithm.fast.packing import SharedPromptSpan, share_prompt_span
 from prefpipe.grpo.algorithm.losses import BatchNorms, TokenLoss, aggregate_loss, per_token_loss
-from prefpipe.grpo.algorithm.master_weights import MasterWeights, needs_master_weights
 from prefpipe.grpo.algorithm.reference import ReferencePolicy
 from prefpipe.grpo.algorithm.spans import (
     PackedSpan,

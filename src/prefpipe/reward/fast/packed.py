@@ -112,9 +112,10 @@ def packed_features(rm: Any, packed: dict[str, torch.Tensor]) -> tuple[torch.Ten
     if rm.spec.embedding_features:
         embedded = backbone.get_input_embeddings()(ids).flatten(0, 1)
         word, n = packed["word"], len(where)
-        keep = word >= 0
-        sums = embedded.new_zeros((n, embedded.shape[-1])).index_add_(0, word[keep], embedded[keep])
-        counts = torch.bincount(word[keep], minlength=n).clamp(min=1).to(sums.dtype)
+        # every position added, the others (-1) to row 0 with weight 0: no boolean indexing (a host sync)
+        keep, row = (word >= 0).to(embedded.dtype), word.clamp(min=0)
+        sums = embedded.new_zeros((n, embedded.shape[-1])).index_add_(0, row, embedded * keep[:, None])
+        counts = keep.new_zeros(n).index_add_(0, row, keep).clamp(min=1)
         pooled = torch.cat([pooled, (sums / counts[:, None]).to(pooled.dtype)], dim=-1)
     if rm.spec.likelihood_features:
         if "likelihood_stats" not in packed:

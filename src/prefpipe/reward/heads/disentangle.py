@@ -96,7 +96,7 @@ def split_pairs(out: Encoding, lengths: torch.Tensor) -> tuple[Encoding, Encodin
     """Train-mode outputs of n chosen rows then n rejected rows, split in two, each with its rows' lengths
     (`lengths` (2, n): what pair_lengths gives for these pairs)."""
     n = lengths.shape[1]
-    lengths = lengths.to(next(iter(out.values())).device)
+    lengths = lengths.to(next(iter(out.values())).device, non_blocking=True)
     out_c = {k: v[:n] for k, v in out.items()} | {LENGTH_KEY: lengths[0]}
     return out_c, {k: v[n:] for k, v in out.items()} | {LENGTH_KEY: lengths[1]}
 
