@@ -24,7 +24,7 @@ from prefpipe.grpo.algorithm.fast.shared_prompt import prefix_packed_logprobs, s
 from prefpipe.grpo.algorithm.reference import build_reference
 from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, update
 from prefpipe.grpo.data_parallel import DataParallel
-from prefpipe.grpo.logprobs import completion_logprobs, set_logprob_chunk_tokens
+from prefpipe.grpo.logprobs import completion_logprobs, logprob_chunk_tokens, set_logprob_chunk_tokens
 from prefpipe.grpo.output_layer import OUTPUT_LAYERS, decoder, output_layer
 from prefpipe.grpo.rollout.completions import Rollout
 
@@ -209,19 +209,21 @@ def _rollout(n: int = 8, prompt: int = 4, completion: int = 5) -> Rollout:
 
 
 def _update(
-    kind: str, lora: bool, fast_paths: bool, chunk: int, dtype: str
+    kind: str, lora: bool, fast_paths: bool, chunk: int, dtype: str, gc: bool
 ) -> tuple[list[torch.Tensor], dict]:
     """One `update` (2 iterations: old log-probs; beta > 0: reference log-probs; entropy): its gradients."""
     settings = grpo_settings(
         {"num_generations": 4, "max_new_tokens": 5, "beta": 0.04, "micro_batch_size": 4, "num_iterations": 2,
          "temperature": TEMPERATURE, "mask_truncated_completions": False, "max_grad_norm": 1e9,
-         "learning_rate": 1e-12, "lora": {"enabled": lora}, "logprob_chunk_tokens": chunk},
+         "learning_rate": 1e-12, "lora": {"enabled": lora}, "logprob_chunk_tokens": chunk,
+         "gradient_checkpointing": gc},
         fast_paths=fast_paths,
     )  # fmt: skip
     policy = _policy(kind, lora).to(getattr(torch, dtype))
     set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)
     params = [p for p in policy.parameters() if p.requires_grad]
     reference = build_reference(policy, "fresh" if lora else "none", True, settings.reference_mode)
+    assert logprob_chunk_tokens(reference.module) == chunk  # the frozen copy (or the same module) keeps it
     learner = Learner(settings, policy, make_adamw(params, settings), params, reference, DataParallel(),
                       torch.device("cpu"))  # fmt: skip
     adv = torch.linspace(-1.0, 1.2, 8, dtype=torch.float64)
@@ -231,15 +233,21 @@ def _update(
 
 @pytest.mark.parametrize("fast_paths", [False, True])
 @pytest.mark.parametrize(
-    ("kind", "lora", "dtype"), [("llama", False, "float64"), ("gemma2", True, "float32")]
+    ("kind", "lora", "dtype", "gc"),
+    [
+        ("llama", False, "float64", False),
+        ("gemma2", True, "float32", False),
+        ("llama", True, "float64", True),
+    ],
 )
-def test_update_with_chunks_equals_the_plain_update(kind, lora, dtype, fast_paths):
+def test_update_with_chunks_equals_the_plain_update(kind, lora, dtype, gc, fast_paths):
     """Through the trainer's own update: the policy's training log-probs (with entropy), the old log-probs and
     the reference's (a frozen copy for full fine-tuning: it keeps the setting; the adapter switched off for
-    LoRA) give the same last-iteration gradients, loss, KL and entropy. The update keeps its metrics in float32:
+    LoRA) give the same last-iteration gradients, loss, KL and entropy, also under gradient checkpointing (the
+    shared-prompt form then takes its one-call fallback). The update keeps its metrics in float32:
     TOL_FP32 for them (and for the float32 Gemma-2, whose left-padded rows are NaN in float64: `_batch`)."""
-    want_grads, want = _update(kind, lora, fast_paths, 0, dtype)
-    got_grads, got = _update(kind, lora, fast_paths, CHUNK, dtype)
+    want_grads, want = _update(kind, lora, fast_paths, 0, dtype, gc)
+    got_grads, got = _update(kind, lora, fast_paths, CHUNK, dtype, gc)
     tol = TOL if dtype == "float64" else TOL_FP32
     worst = max(float((a - b).abs().max()) for a, b in zip(want_grads, got_grads, strict=True))
     print(f"max |plain - chunked| gradient {worst:.3g}")
