@@ -8,6 +8,10 @@ Plain path it must match: `prefpipe.grpo.logprobs.completion_logprobs` on the pa
 (test_unpadded_micro_batches_give_the_padded_losses_and_gradients,
 test_prefix_packed_one_call_equals_the_cache_two_call_form,
 test_shared_prompt_form_without_a_cache_falls_back_to_one_call, test_fast_paths_switch_*).
+
+Every forward goes through grpo/logprobs.py's `forward_kept` / `rows_logprobs`, so with
+`grpo.logprob_chunk_tokens` the rows gathered and concatenated here are final hidden states, not logits
+(tests/test_grpo_chunked_logprobs.py).
 """
 
 from __future__ import annotations
