@@ -25,7 +25,8 @@ reward   the paper's reward recipe per head (bt, gpm, bgpm): LoRA r 16 / alpha 3
 grpo     the paper's GRPO step: LoRA policy (r 16, all-linear, reference = adapter off), bf16 weights, 16 prompts x
          G 8, 64 new tokens, beta 0.04, micro-batch 32 as paper_gemma2b.yaml (--grpo-micro-batch; runs before
          this option had the whole batch of 128 in one micro-batch), grpo.gradient_checkpointing with
-         --grpo-gradient-checkpointing, prefpipe's own rollout engine (`plain`: the vLLM engine
+         --grpo-gradient-checkpointing, grpo.logprob_chunk_tokens with --grpo-logprob-chunk N (the output
+         layer and log-softmax over N positions at a time, no 128 x 64 x 256000 logits), prefpipe's own rollout engine (`plain`: the vLLM engine
          needs the vllm package, which a GPU machine without network and its 64 MiB carry cannot get). s/step,
          rollout s/step, generated tokens/s in the rollout, peak memory. A random model rarely stops, so the
          completions run to 64 tokens."""
@@ -118,10 +119,13 @@ def markdown(payload: dict) -> str:
         "| GRPO step | s/step | rollout s/step | rollout tokens/s | peak GiB |",
         "|---|---|---|---|---|",
     ]
+    st = g.get("settings", {})
+    label = (f"LoRA, bf16, micro-batch {st.get('micro_batch')}" + (", gradient checkpointing" if st.get("gradient_checkpointing") else "")
+             + (f", log-prob chunk {st['logprob_chunk']}" if st.get("logprob_chunk") else ""))  # fmt: skip
     if "error" in g:
-        lines.append(f"| LoRA, bf16 | error: {str(g['error'])[:80]} | | | |")
+        lines.append(f"| {label} | error: {str(g['error'])[:80]} | | | |")
     elif g:
-        lines.append(f"| LoRA, bf16 | {g['s_per_step']:.2f} | {g['rollout_s_per_step']:.2f} | "
+        lines.append(f"| {label} | {g['s_per_step']:.2f} | {g['rollout_s_per_step']:.2f} | "
                      f"{g['rollout_tokens_per_s']:.0f} | {g['peak_memory_gib']:.1f} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -169,10 +173,11 @@ def run(a: argparse.Namespace) -> None:
     if "grpo" not in a.sections:
         return finish(a, payload, t_start)
     g = {**plan["grpo"], "micro_batch": a.grpo_micro_batch or plan["grpo"]["micro_batch"],
-         "gradient_checkpointing": a.grpo_gradient_checkpointing}  # fmt: skip
+         "gradient_checkpointing": a.grpo_gradient_checkpointing, "logprob_chunk": a.grpo_logprob_chunk}  # fmt: skip
     case = {**common_case, "kind": "grpo", "side": "prefpipe", "model_dir": str(base), "prompts": g["prompts"],
             "G": g["G"], "tokens": g["tokens"], "beta": g["beta"], "lora": True, "steps": g["steps"],
-            "micro_batch": g["micro_batch"], "gradient_checkpointing": g["gradient_checkpointing"]}  # fmt: skip
+            "micro_batch": g["micro_batch"], "gradient_checkpointing": g["gradient_checkpointing"],
+            "logprob_chunk": g["logprob_chunk"]}  # fmt: skip
     res = runner.run("grpo_prefpipe", case)
     payload["env"] = res.pop("env", None)
     payload["grpo"] = {**grpo_row(res), "settings": g}
@@ -202,6 +207,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--grpo-gradient-checkpointing", action="store_true", help="grpo.gradient_checkpointing: true"
+    )
+    ap.add_argument(
+        "--grpo-logprob-chunk",
+        type=int,
+        default=0,
+        help="grpo.logprob_chunk_tokens: log-probs over this many positions at a time (0: the plain path)",
     )
     run(ap.parse_args())
 

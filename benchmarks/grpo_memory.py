@@ -1,6 +1,6 @@
 """Peak memory of one GRPO policy update on the CPU (issue 34: the 2B step's 92.9 GiB on an H200), by parts.
 
-    nice -n 10 python benchmarks/grpo_memory.py [--only vocab,micro,layers,standin] [--out FILE]
+    nice -n 10 python benchmarks/grpo_memory.py [--only vocab,micro,layers,standin,chunk] [--out FILE]
 
 Every case runs in its own child process: a random Gemma-2 (gpu_paper.py's `tiny` shape unless a case widens
 it) with a fresh LoRA adapter (r 16, all-linear, reference = adapter off), a synthetic rollout (random prompt
@@ -14,6 +14,7 @@ Groups (`--only`): vocab (256k is the Gemma tokenizer: how many bytes per logit 
 peak holds), micro (the same batch cut into smaller micro-batches: does micro_batch_size bound the peak?),
 layers (small vocabulary, wider and deeper models: activation bytes per token per layer, with and without
 grpo.gradient_checkpointing), standin (a 256k-vocabulary, 8-layer stand-in before/after: micro-batch and
+checkpointing), chunk (the stand-in with grpo.logprob_chunk_tokens 0 / 512 / 128 / 32, and 0 / 128 with
 checkpointing). The summary fits the per-logit and per-token-per-layer slopes and extrapolates them to the 2B
 step (docs/BENCHMARKS.md shows the arithmetic).
 """
@@ -39,7 +40,16 @@ BATCH = dict(prompts=4, G=8, prompt_len=32, tokens=16)  # 32 sequences, 16 train
 
 
 def _case(name: str, group: str, **kw) -> dict:
-    case = {"name": name, "group": group, **TINY, **BATCH, "vocab": 256000, "micro": 32, "gc": False}
+    case = {
+        "name": name,
+        "group": group,
+        **TINY,
+        **BATCH,
+        "vocab": 256000,
+        "micro": 32,
+        "gc": False,
+        "chunk": 0,
+    }
     case.update(kw)
     return case
 
@@ -56,6 +66,11 @@ def cases() -> list[dict]:
     for micro, gc_on in ((32, False), (32, True), (8, False), (8, True)):
         name = f"stand-in micro {micro} gc {'on' if gc_on else 'off'}"
         out.append(_case(name, "standin", layers=8, micro=micro, gc=gc_on, **WIDE[256]))
+    # grpo.logprob_chunk_tokens on the stand-in: 512 scored tokens per micro-batch, so 512 is one chunk (only
+    # the checkpointing of the output layer), 128 and 32 are 4 and 16 chunks
+    for chunk, gc_on in ((0, False), (512, False), (128, False), (32, False), (0, True), (128, True)):
+        name = f"stand-in micro 32 gc {'on' if gc_on else 'off'} chunk {chunk}"
+        out.append(_case(name, "chunk", layers=8, micro=32, gc=gc_on, chunk=chunk, **WIDE[256]))
     return out
 
 
@@ -112,14 +127,17 @@ def worker(case: dict) -> dict:
     from prefpipe.grpo.algorithm.reference import build_reference
     from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, update
     from prefpipe.grpo.data_parallel import DataParallel
+    from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
 
     torch.set_num_threads(1)
     settings = grpo_settings({
         "prompts_per_step": case["prompts"], "num_generations": case["G"], "max_new_tokens": case["tokens"],
         "beta": 0.04, "loss_type": "dapo", "mask_truncated_completions": False, "micro_batch_size": case["micro"],
         "gradient_checkpointing": case["gc"], "lora": {"enabled": True}, "device": "cpu", "dtype": "bfloat16",
+        "logprob_chunk_tokens": case["chunk"],
     })  # fmt: skip
     policy, attention = _policy(case)
+    set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)  # as the train_grpo stage does
     params = [p for p in policy.parameters() if p.requires_grad]
     reference = build_reference(policy, "fresh", True, settings.reference_mode)
     learner = Learner(settings, policy, make_adamw(params, settings), params, reference, DataParallel(),
@@ -178,8 +196,10 @@ def fit(rows: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--only", default="vocab,micro,layers,standin")
-    ap.add_argument("--smoke", action="store_true", help="one tiny case, 4k vocabulary, 4 sequences (CI)")
+    ap.add_argument("--only", default="vocab,micro,layers,standin,chunk")
+    ap.add_argument(
+        "--smoke", action="store_true", help="two tiny cases (chunk 0, 4), 4k vocabulary, 4 sequences (CI)"
+    )
     ap.add_argument("--out", type=Path, default=common.OUT / "grpo_memory.json")
     a = ap.parse_args()
     if a.worker:
@@ -188,7 +208,8 @@ def main() -> None:
     groups = set(a.only.split(","))
     chosen = [c for c in cases() if c["group"] in groups]
     if a.smoke:
-        chosen = [_case("smoke", "vocab", vocab=4096, prompts=2, G=2, prompt_len=8, tokens=4, micro=4)]
+        smoke = dict(vocab=4096, prompts=2, G=2, prompt_len=8, tokens=4, micro=4)
+        chosen = [_case("smoke", "vocab", **smoke), _case("smoke chunk 4", "chunk", chunk=4, **smoke)]
     rows = []
     for case in chosen:
         try:

@@ -110,6 +110,8 @@ def _settings(case: dict):
         over["gradient_checkpointing"] = True
     if case.get("max_prompt_length"):
         over["max_prompt_length"] = case["max_prompt_length"]
+    if case.get("logprob_chunk"):  # gpu_paper.py --grpo-logprob-chunk
+        over["logprob_chunk_tokens"] = case["logprob_chunk"]
     return grpo_settings(
         {
             "steps": case["steps"] + 1, "prompts_per_step": case["prompts"], "num_generations": case["G"],
@@ -148,6 +150,9 @@ def worker_prefpipe(case: dict) -> dict:
 
             model = get_peft_model(model, lora_config())
             lora_state = "fresh"
+    from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
+
+    set_logprob_chunk_tokens(model, cfg.logprob_chunk_tokens)  # as the train_grpo stage does
     rows = [{"id": str(i), "prompt": p, "answer": None, "kind": "none"} for i, p in enumerate(prompts(64))]
 
     def fn(inputs):

@@ -240,3 +240,29 @@ def test_workflow_style_run_config_drives_both_stages(folders, caplog):
     assert code == 2 and len(errors) == 1
     assert "config.eval: Additional properties are not allowed ('batchsize' was unexpected)" in errors[0]
     assert (out / "summary.json").read_text() == before  # refused before anything was written
+
+
+def test_logprob_chunk_tokens_reaches_the_trainer_and_keeps_the_first_update(folders, monkeypatch):
+    """grpo.logprob_chunk_tokens: the stage sets it on the policy before the trainer (and its reference) is
+    built, and the first step's loss (same weights, same rollout) equals the plain run's to float tolerance."""
+    from prefpipe.grpo.logprobs import logprob_chunk_tokens
+
+    seen = []
+
+    class Spy(grpo_train.GRPOTrainer):
+        def __init__(self, settings, policy, *args, **kwargs):
+            seen.append(logprob_chunk_tokens(policy))
+            super().__init__(settings, policy, *args, **kwargs)
+
+    monkeypatch.setattr(grpo_train, "GRPOTrainer", Spy)
+    first_loss = []
+    for chunk in (0, 5):
+        out = folders["root"] / "grpo" / f"chunk{chunk}"
+        settings = _run("lora", steps=1, logprob_chunk_tokens=chunk)
+        code, _ = run_main(
+            train_grpo.main, stage_json(settings), data=folders["data"], policy=folders["policy"], out=out
+        )
+        assert code == 0
+        first_loss.append(read_jsonl(out / "metrics.jsonl")[0]["loss"])
+    assert seen == [0, 5]
+    assert abs(first_loss[0] - first_loss[1]) <= 1e-6

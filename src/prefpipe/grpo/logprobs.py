@@ -7,13 +7,28 @@ Why the details matter:
 - logits are divided by the sampling temperature, so log-probs (and KL / ratios) describe the distribution
   the completions were actually drawn from;
 - log_softmax runs in fp32 on only the completion positions (`logits_to_keep`), in micro-batches, to bound
-  the B x T x vocab memory.
+  the B x T x vocab memory;
+- with `grpo.<run>.logprob_chunk_tokens` > 0 (`set_logprob_chunk_tokens`) not even those logits exist at once:
+  the decoder runs once to its final hidden states, then the output layer (grpo/output_layer.py: lm_head, and
+  Gemma-2's final soft-cap) and the selective log-softmax run over chunks of that many positions, each chunk
+  under torch.utils.checkpoint, so the backward recomputes a chunk's logits instead of keeping them: the peak
+  holds one chunk's logits (chunk x V), not B x T x V. Every caller goes through `forward_kept` and
+  `rows_logprobs`, which take either path; tests/test_grpo_chunked_logprobs.py checks the two agree.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from prefpipe.common.config import ConfigError
+from prefpipe.grpo.output_layer import OutputLayer, check_splittable, decoder, output_layer
+
+# where set_logprob_chunk_tokens keeps the setting: on the module (a frozen copy of it, the reference, keeps it)
+CHUNK_ATTRIBUTE = "_prefpipe_logprob_chunk_tokens"
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -29,16 +44,88 @@ def _chunk_logprobs(
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    out = model(
+    _, rows = forward_kept(
+        model,
+        n_completion + 1,
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
-        logits_to_keep=n_completion + 1,
         use_cache=False,
     )
-    return token_logprobs(
-        out.logits[:, -(n_completion + 1) : -1, :], input_ids[:, -n_completion:], temperature, with_entropy
+    return rows_logprobs(
+        model, rows[:, -(n_completion + 1) : -1], input_ids[:, -n_completion:], temperature, with_entropy
     )
+
+
+def set_logprob_chunk_tokens(model: torch.nn.Module, chunk_tokens: int) -> None:
+    """grpo.<run>.logprob_chunk_tokens: every log-prob computed with `model` from now on (and with a frozen copy
+    made after this call) runs its output layer over chunks of `chunk_tokens` positions; 0 = the plain path.
+    ConfigError when the model's output layer is unknown (grpo/output_layer.py)."""
+    if chunk_tokens < 0:
+        raise ConfigError(f"grpo.logprob_chunk_tokens must be >= 0, got {chunk_tokens}")
+    if chunk_tokens:
+        check_splittable(model, "grpo.logprob_chunk_tokens")
+    setattr(model, CHUNK_ATTRIBUTE, int(chunk_tokens))
+
+
+def logprob_chunk_tokens(model: torch.nn.Module) -> int:
+    """The model's log-prob chunk (0: the plain path, the default for a model nobody set it on)."""
+    return getattr(model, CHUNK_ATTRIBUTE, 0)
+
+
+def forward_kept(model: torch.nn.Module, keep: int, **inputs: Any) -> tuple[Any, torch.Tensor]:
+    """One forward of `model` on `inputs`: its output (for a KV cache) and the rows of its last `keep` positions
+    (0: all) that `rows_logprobs` scores: the logits (plain path), or with a log-prob chunk the decoder's final
+    hidden states. Callers index the rows' leading dimensions alike either way."""
+    if not logprob_chunk_tokens(model):
+        out = model(**inputs, logits_to_keep=keep)
+        return out, out.logits
+    out = decoder(model)(**inputs)
+    hidden = out.last_hidden_state
+    return out, hidden[:, -keep:] if keep else hidden
+
+
+def rows_logprobs(
+    model: torch.nn.Module, rows: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` of rows from `forward_kept` (logits, or hidden states through the output layer in
+    chunks)."""
+    chunk = logprob_chunk_tokens(model)
+    if not chunk:
+        return token_logprobs(rows, targets, temperature, with_entropy)
+    return chunked_logprobs(output_layer(model), rows, targets, temperature, with_entropy, chunk)
+
+
+def chunked_logprobs(
+    layer: OutputLayer,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    chunk_tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """token_logprobs(layer(hidden), targets, ...) with layer(hidden) made for `chunk_tokens` positions at a
+    time. With gradients each chunk runs under (non-reentrant) checkpoint: only its hidden rows are kept and the
+    backward recomputes its logits; checkpoint's early stop ends that recomputation at the log-probs, so the
+    entropy (a detached metric, computed after them) is not recomputed."""
+    flat, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    if flat.shape[0] == 0:
+        empty = hidden.new_zeros(targets.shape, dtype=torch.float32)
+        return empty, (empty.clone() if with_entropy else None)
+    logps, ents = [], []
+    for rows, chunk_targets in zip(flat.split(chunk_tokens), flat_targets.split(chunk_tokens), strict=True):
+        args = (layer, rows, chunk_targets, temperature, with_entropy)
+        lp, ent = checkpoint(_chunk, *args, use_reentrant=False) if torch.is_grad_enabled() else _chunk(*args)
+        logps.append(lp)
+        ents.append(ent)
+    entropy = torch.cat(ents).view(targets.shape) if with_entropy else None
+    return torch.cat(logps).view(targets.shape), entropy
+
+
+def _chunk(
+    layer: OutputLayer, rows: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return token_logprobs(layer(rows), targets, temperature, with_entropy)
 
 
 # (rows x vocabulary) elements per chunk of the entropy: its temporaries stay this small (64 MiB in fp32)

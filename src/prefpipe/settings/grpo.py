@@ -91,6 +91,7 @@ class GrpoSettings(RunSettings):
     reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
     gradient_checkpointing: bool  # the policy's training forward only (generation keeps its KV cache)
+    logprob_chunk_tokens: int  # 0 = plain; N: the output layer over N positions at a time (grpo/logprobs.py)
     lora: GrpoLoraSettings
     rollout: RolloutSettings
     rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults

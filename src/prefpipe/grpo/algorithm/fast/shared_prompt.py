@@ -8,6 +8,10 @@ Plain path it must match: `prefpipe.grpo.logprobs.completion_logprobs` on the pa
 (test_unpadded_micro_batches_give_the_padded_losses_and_gradients,
 test_prefix_packed_one_call_equals_the_cache_two_call_form,
 test_shared_prompt_form_without_a_cache_falls_back_to_one_call, test_fast_paths_switch_*).
+
+Every forward goes through grpo/logprobs.py's `forward_kept` / `rows_logprobs`, so with
+`grpo.logprob_chunk_tokens` the rows gathered and concatenated here are final hidden states, not logits
+(tests/test_grpo_chunked_logprobs.py).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, output_cache
-from prefpipe.grpo.logprobs import position_ids_from_mask, token_logprobs
+from prefpipe.grpo.logprobs import forward_kept, position_ids_from_mask, rows_logprobs
 
 
 def shared_prompt_logprobs(
@@ -41,14 +45,15 @@ def shared_prompt_logprobs(
     embeds = model.get_input_embeddings()(
         torch.cat([prompt_ids.flatten(), completion_ids[:, : C - 1].flatten()])
     )
-    first = model(
+    first, rows = forward_kept(
+        model,
+        1,
         inputs_embeds=embeds[: g * P].view(g, P, -1),
         attention_mask=prompt_mask,
         position_ids=position,
         use_cache=True,
-        logits_to_keep=1,
     )
-    logits = first.logits[group]  # (k, 1, V): predicts completion token 0
+    rows = rows[group]  # (k, 1, V) logits or (k, 1, H) hidden states: predict completion token 0
     cache = output_cache(first)
     if C > 1 and cache is None:  # a model that returns no cache (gradient checkpointing)
         return prefix_packed_logprobs(
@@ -59,14 +64,16 @@ def shared_prompt_logprobs(
         mask = prompt_mask[group]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], C - 1)], dim=1)
         pos = (position[group, -1:] + 1) + torch.arange(C - 1, device=position.device)[None, :]
-        rest = model(
+        _, rest = forward_kept(
+            model,
+            0,
             inputs_embeds=embeds[g * P :].view(completion_ids.shape[0], C - 1, -1),
             attention_mask=mask,
             position_ids=pos,
             **cache_kwargs(model, cache),
         )
-        logits = torch.cat([logits, rest.logits], dim=1)
-    return token_logprobs(logits, completion_ids, temperature, with_entropy)
+        rows = torch.cat([rows, rest], dim=1)
+    return rows_logprobs(model, rows, completion_ids, temperature, with_entropy)
 
 
 def prefix_packed_logprobs(
@@ -117,18 +124,13 @@ def prefix_packed_logprobs(
     own = (k_seg == q_seg) & (q_seg != -1) & (k_off <= q_off)
     allowed = (prompt_key | own)[None] & real[:, None, :] & real[:, :, None]
     allowed = allowed | torch.eye(W, dtype=torch.bool, device=device)[None]
-    out = model(
-        input_ids=ids,
-        attention_mask=allowed[:, None],
-        position_ids=pos,
-        logits_to_keep=W - P + 1,
-        use_cache=False,
+    _, rows = forward_kept(
+        model, W - P + 1, input_ids=ids, attention_mask=allowed[:, None], position_ids=pos, use_cache=False
     )
     idx = torch.zeros(k, C, dtype=torch.long, device=device)  # column 0: the prompt's last position
     if L:
         idx[:, 1:] = col - P + 1
-    logits = out.logits[group[:, None], idx]
-    return token_logprobs(logits, completion_ids, temperature, with_entropy)
+    return rows_logprobs(model, rows[group[:, None], idx], completion_ids, temperature, with_entropy)
 
 
 # one call (prefix packing) pays while its extra attention (every slot of a group's sequence against every
