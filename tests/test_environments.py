@@ -19,7 +19,7 @@ from prefpipe.grpo.environments.base import (
     MALFORMED_CALL,
     RESULT_CUT,
     UNKNOWN_TOOL,
-    EnvironmentSession,
+    EnvironmentRunner,
     ToolCall,
 )
 from prefpipe.grpo.environments.calculator import evaluate
@@ -150,8 +150,8 @@ class Flaky:
 
 
 def test_every_failure_becomes_a_counted_observation():
-    session = EnvironmentSession(Flaky(), max_result_chars=20)
-    session.reset({"question": "q"})
+    runner = EnvironmentRunner(Flaky(), max_result_chars=20)
+    runner.reset({"question": "q"})
     cases = [
         (ToolCall("echo", "hello"), None, "hello"),
         (ToolCall("search", "x"), UNKNOWN_TOOL, "error: unknown tool 'search'; tools: echo"),
@@ -166,23 +166,21 @@ def test_every_failure_becomes_a_counted_observation():
         (ToolCall("echo", "long"), RESULT_CUT, "x" * 20 + CUT_MARK),
     ]
     for call, kind, text in cases:
-        obs = session.run(call)
+        obs = runner.run(call)
         assert obs.kind == kind
         if text is not None:
             assert obs.text == text
-    assert session.run(cases[2][0]).text == "error: malformed tool call: <echo> opened, never closed"
-    assert dict(session.counts) == {UNKNOWN_TOOL: 1, MALFORMED_CALL: 3, ENVIRONMENT_ERROR: 1, EMPTY_RESULT: 1,
+    assert runner.run(cases[2][0]).text == "error: malformed tool call: <echo> opened, never closed"
+    assert dict(runner.counts) == {UNKNOWN_TOOL: 1, MALFORMED_CALL: 3, ENVIRONMENT_ERROR: 1, EMPTY_RESULT: 1,
                                     RESULT_CUT: 1}  # fmt: skip
-    assert set(session.counts) == set(ERROR_KINDS) and session.calls == 8
+    assert set(runner.counts) == set(ERROR_KINDS) and runner.calls == 8
 
 
 def test_calculator_errors_are_observations_too():
-    session = EnvironmentSession(build_environment({"type": "calculator"}), max_result_chars=50)
-    assert session.run(ToolCall("calc", "1/0")).text.startswith(
-        "error: tool 'calc' failed: ZeroDivisionError"
-    )
-    assert session.run(ToolCall("calc", "os.system('x')")).kind == ENVIRONMENT_ERROR
-    assert session.run(ToolCall("calc", "6*7")).text == "42"
+    runner = EnvironmentRunner(build_environment({"type": "calculator"}), max_result_chars=50)
+    assert runner.run(ToolCall("calc", "1/0")).text.startswith("error: tool 'calc' failed: ZeroDivisionError")
+    assert runner.run(ToolCall("calc", "os.system('x')")).kind == ENVIRONMENT_ERROR
+    assert runner.run(ToolCall("calc", "6*7")).text == "42"
 
 
 def test_the_registry_builds_a_users_environment_and_names_unknown_ones():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.episodes import DEMOS, PARAGRAPHS, demo_ids, reencode_episode, session, teach
+from support.episodes import DEMOS, PARAGRAPHS, demo_ids, reencode_episode, runner, teach
 from support.models import chat_tokenizer, tiny_llama
 
 from prefpipe.generation.tokens import eos_token_ids, tokenize_prompts
@@ -54,10 +54,10 @@ def test_tag_format_reads_calls_answers_and_malformed_turns():
     assert bad.kind == CALL and bad.call.malformed.startswith("<calc> opened, never closed")
     assert fmt.turn_end("just text", at_eos=True).kind == NO_CALL
     assert (
-        fmt.render(session().run(ToolCall("", "", malformed="m")))
+        fmt.render(runner().run(ToolCall("", "", malformed="m")))
         == "\n<result>error: malformed tool call: m</result>\n"
     )
-    assert session().run(ToolCall("", "", malformed="m")).kind == MALFORMED_CALL
+    assert runner().run(ToolCall("", "", malformed="m")).kind == MALFORMED_CALL
 
 
 def test_segments_own_every_token_once():
@@ -71,7 +71,7 @@ def test_segments_own_every_token_once():
     assert ep.owners == [POLICY] * 3 + [ENVIRONMENT] * 2 + [POLICY] and ep.turns == 2
 
 
-def _run(model, tok, prompts, group, limits, sampling, make=session):
+def _run(model, tok, prompts, group, limits, sampling, make=runner):
     return generate_episodes(
         model, tok, [ROW] * len(prompts), prompts, group, make, TagFormat(), limits, sampling
     )
@@ -115,7 +115,7 @@ def test_kv_cache_across_turns_gives_the_tokens_of_a_full_reencode(tok, taught, 
         p = row // group
         prompt_ids = batch.input_ids[p][batch.attention_mask[p].bool()].tolist()
         u = uniforms[row] if sampled else None
-        ids, owners = reencode_episode(model, tok, prompt_ids, ROW, session(), limits, eos, u)
+        ids, owners = reencode_episode(model, tok, prompt_ids, ROW, runner(), limits, eos, u)
         assert ep.ids == ids and ep.owners == owners, f"row {row}"
 
 

@@ -1,5 +1,5 @@
-"""Environments: what answers a policy's tool calls in a multi-turn episode (issue #48). The protocol a tool
-implements and the session that turns every failure into an observation, counted by kind (base), the registry
+"""Environments: what answers a policy's tool calls in a multi-turn episode. The protocol a tool
+implements and the runner that turns every failure into an observation, counted by kind (base), the registry
 of environments by name (registry), and the built-in ones: BM25 search over a question's own paragraphs or a
 shared corpus (search) and safe arithmetic (calculator). Torch-free: plain text in, plain text out.
 

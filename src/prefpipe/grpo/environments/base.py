@@ -1,4 +1,4 @@
-"""The environment protocol and the session that runs it inside an episode.
+"""The environment protocol and the runner that runs it inside an episode.
 
 A user's tool is any object with
   tools: tuple[str, ...]            the tool names it answers (the policy writes `<name>argument</name>`)
@@ -6,7 +6,7 @@ A user's tool is any object with
   step(call: ToolCall) -> str       the tool's result as text
 registered with `@register_environment("name")` (grpo/environments/registry.py); see the README's example.
 
-`EnvironmentSession` wraps one environment for one episode: nothing the policy writes and nothing the tool does
+`EnvironmentRunner` wraps one environment for one episode: nothing the policy writes and nothing the tool does
 raises out of it. Each failure becomes the observation the policy reads next and is counted by kind:
 
 | kind | when | the observation |
@@ -62,7 +62,7 @@ class Environment(Protocol):
 
 
 @dataclass
-class EnvironmentSession:
+class EnvironmentRunner:
     """One environment over one or more episodes; `counts` adds up the failure kinds of every call."""
 
     environment: Environment

@@ -1,6 +1,6 @@
 """`calculator`: arithmetic on numbers, never code. The expression is parsed with `ast` and only an allow-list
 of nodes is evaluated: numbers (int, float), + - * / // % **, unary + and -, and parentheses. Anything else (a
-name, a call, an attribute, a string, a comparison) is refused with ValueError, which the session turns into
+name, a call, an attribute, a string, a comparison) is refused with ValueError, which the runner turns into
 an `environment_error` observation. Powers are bounded (|exponent| <= MAX_EXPONENT, result <= MAX_DIGITS
 digits) so `9**9**9` cannot hang the run.
 

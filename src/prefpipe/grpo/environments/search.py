@@ -11,8 +11,8 @@ Scoring is bm25s's `lucene` variant: for query terms q and a document d of lengt
   score(d) = sum_q idf(q) * tf(q, d) / (tf(q, d) + k1 * (1 - b + b * |d| / L)),  idf = log(1 + (N - df + .5) / (df + .5)).
 Text is lower-cased and split into word characters (`\\w+`); a document is its title and its text. Only
 documents with a positive score are returned, best first (ties in corpus order), as `[i] title: text` lines;
-a query that matches nothing returns an empty result (counted as `empty_result` by the session). The titles
-returned in the current episode are kept in `retrieved` (support recall, issue #48 item 5).
+a query that matches nothing returns an empty result (counted as `empty_result` by the runner). The titles
+returned in the current episode are kept in `retrieved` (for support recall).
 """
 
 from __future__ import annotations

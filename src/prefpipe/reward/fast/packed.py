@@ -1,7 +1,7 @@
 """Padding-free packing (train.packing): a micro-batch's chosen and rejected rows laid end to end in a few rows.
 
 Why: a padded micro-batch computes every row to the longest one's length (48% padding on HH-RLHF pairs at
-max_length 512 on an H200, issue 47); length buckets remove some of it at the price of extra passes. Packed,
+max_length 512, measured on an H200); length buckets remove some of it at the price of extra passes. Packed,
 the backbone runs on the real tokens only (plus at most one short tail of padding per packed row).
 
 Layout: the rows (chosen ones, then rejected ones) are placed first-fit by decreasing length into packed rows

@@ -1,4 +1,4 @@
-"""Multi-turn episodes (issue #48): the policy writes a turn, the environment answers, until the policy answers
+"""Multi-turn episodes: the policy writes a turn, the environment answers, until the policy answers
 or hits a turn or token limit. How a turn ends and how a result goes back (format: the documented tag format;
 a chat family's own tool format plugs in behind the same `ToolFormat`), the episode as one token sequence with
 owned segments and its conversion to the trainer's `Rollout` with the environment tokens out of the loss

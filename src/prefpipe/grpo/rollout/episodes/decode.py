@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, output_cache
-from prefpipe.grpo.environments.base import EnvironmentSession
+from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.rollout.episodes.episode import (
     ANSWERED,
     ENVIRONMENT,
@@ -53,7 +53,7 @@ class Sampling:
 @dataclass
 class _Row:
     episode: Episode
-    session: EnvironmentSession
+    runner: EnvironmentRunner
     turn: list[int]  # the current policy turn's tokens
     state: str = POLICY  # policy | environment (a call waits) | done
     policy_tokens: int = 0
@@ -135,7 +135,7 @@ def _environment_turns(model, state: _Cache, rows: list[_Row], ctx: tuple) -> No
         ids: list[int] = []
         if row.state == ENVIRONMENT:
             ep = row.episode
-            obs = row.session.run(ep.calls[-1])
+            obs = row.runner.run(ep.calls[-1])
             ep.observations.append(obs)
             ids = tokenizer.encode(fmt.render(obs), add_special_tokens=False)
             room = limits.max_episode_tokens - len(ep.ids)
@@ -163,7 +163,7 @@ def decode_episodes(
     tokenizer,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
-    sessions: list[EnvironmentSession],
+    runners: list[EnvironmentRunner],
     rows: list[dict],
     fmt: ToolFormat,
     limits: EpisodeLimits,
@@ -171,14 +171,14 @@ def decode_episodes(
     eos_ids: list[int],
     pad_id: int,
 ) -> list[Episode]:
-    """Episodes for P left-padded prompts, G rows each (prompt-major; G = len(sessions) / P). `sessions[i]`
+    """Episodes for P left-padded prompts, G rows each (prompt-major; G = len(runners) / P). `runners[i]`
     answers row i's calls and is reset with `rows[i // G]`, the task row of its prompt."""
-    group = len(sessions) // prompt_ids.shape[0]
+    group = len(runners) // prompt_ids.shape[0]
     state = _Cache(*prefill(model, prompt_ids, prompt_mask, group))
     live = []
-    for i, session in enumerate(sessions):
-        session.reset(rows[i // group])
-        live.append(_Row(Episode(), session, []))
+    for i, runner in enumerate(runners):
+        runner.reset(rows[i // group])
+        live.append(_Row(Episode(), runner, []))
     ctx = (fmt, tokenizer, set(eos_ids), pad_id, limits)
     while any(r.state != "done" for r in live):
         _policy_turns(model, state, live, ctx, sampling)

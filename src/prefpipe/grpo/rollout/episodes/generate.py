@@ -1,5 +1,5 @@
 """Episodes for a step's prompts on the plain engine: prompts tokenized as single-turn rollouts are
-(generation/tokens.py), one environment session per row, the batched decode (decode.py), the `Rollout` the
+(generation/tokens.py), one environment runner per row, the batched decode (decode.py), the `Rollout` the
 trainer takes (episode.py) and the step's episode metrics."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
-from prefpipe.grpo.environments.base import ERROR_KINDS, EnvironmentSession
+from prefpipe.grpo.environments.base import ERROR_KINDS, EnvironmentRunner
 from prefpipe.grpo.metric_names import (
     EPISODE_ANSWERED,
     EPISODE_CALLS,
@@ -59,7 +59,7 @@ def generate_episodes(
     rows: list[Mapping[str, Any]],
     prompts: list[str],
     group_size: int,
-    make_session: Callable[[], EnvironmentSession],
+    make_runner: Callable[[], EnvironmentRunner],
     fmt: ToolFormat,
     limits: EpisodeLimits,
     sampling: Sampling,
@@ -68,7 +68,7 @@ def generate_episodes(
     """group_size episodes for each (task row, prompt); eval mode while decoding, training mode restored."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
     device = next(model.parameters()).device
-    sessions = [make_session() for _ in range(len(prompts) * group_size)]
+    runners = [make_runner() for _ in range(len(prompts) * group_size)]
     was_training = model.training
     model.eval()
     try:
@@ -77,7 +77,7 @@ def generate_episodes(
             tokenizer,
             batch.input_ids.to(device),
             batch.attention_mask.to(device),
-            sessions,
+            runners,
             list(rows),
             fmt,
             limits,
@@ -87,6 +87,6 @@ def generate_episodes(
         )
     finally:
         model.train(was_training)
-    errors = sum((s.counts for s in sessions), Counter())
+    errors = sum((s.counts for s in runners), Counter())
     rollout = episode_rollout(tokenizer, batch, group_size, episodes, pad_token_id(tokenizer), device)
     return EpisodeBatch(rollout, episodes, errors)
