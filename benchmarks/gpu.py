@@ -350,6 +350,7 @@ def grpo_rows(results: dict) -> list[dict]:
                     [g["peak_memory_bytes"] / GIB if g.get("peak_memory_bytes") else None for g in got]),
                 "errors": [g.get("error") or g.get("skipped") for g in got if "times" not in g],
                 "steps_timed": [g.get("times") for g in got],
+                "phases_rounds": [g["phases"] for g in got if g.get("phases")],  # prefpipe's per-phase shares
             }  # fmt: skip
         speed = ratios(sides["prefpipe"]["s_per_step_rounds"], sides["trl"]["s_per_step_rounds"], True)
         rows.append({"beta": float(beta), **{f"{k}": v for k, v in sides.items()}, **speed})

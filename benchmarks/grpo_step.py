@@ -151,6 +151,7 @@ def worker_prefpipe(case: dict) -> dict:
             model = get_peft_model(model, lora_config())
             lora_state = "fresh"
     from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
+    from prefpipe.grpo.metric_names import PHASE_PREFIX
 
     set_logprob_chunk_tokens(model, cfg.logprob_chunk_tokens)  # as the train_grpo stage does
     rows = [{"id": str(i), "prompt": p, "answer": None, "kind": "none"} for i, p in enumerate(prompts(64))]
@@ -168,20 +169,25 @@ def worker_prefpipe(case: dict) -> dict:
     )  # fmt: skip
     orig_rollout = trainer._rollout
 
-    def timed_rollout(step):
+    def timed_rollout(step, clock=None):
         marks["t0"] = now()
-        batch = orig_rollout(step)
+        batch = orig_rollout(step, clock)
         rollout_times.append(now() - marks["t0"])
         return batch
 
     trainer._rollout = timed_rollout
 
+    phase_rows: list[dict] = []
+
     def on_end(step, row):
         times.append(now() - marks["t0"])
         generated.append(row["completion_length_mean"] * case["prompts"] * case["G"])
+        phase_rows.append({k: v for k, v in row.items() if k.startswith(PHASE_PREFIX)})
 
     trainer.train(on_step_end=on_end)
-    return {"times": times[1:], "rollout_times": rollout_times[1:], "generated": generated[1:]}
+    timed = phase_rows[1:] or phase_rows  # the first step (warm-up) left out, as from the times
+    phases = {k: statistics.fmean(r[k] for r in timed) for k in timed[0]} if timed else {}
+    return {"times": times[1:], "rollout_times": rollout_times[1:], "generated": generated[1:], "phases": phases}
 
 
 def worker_trl(case: dict) -> dict:

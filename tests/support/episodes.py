@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from prefpipe.common.chat import format_prompt
-from prefpipe.grpo.environments.base import EnvironmentSession
+from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
 from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, TagFormat
 from prefpipe.grpo.rollout.sampling import pick_tokens
@@ -25,13 +25,13 @@ DEMOS = [
 ]
 
 
-def session(max_result_chars: int = 400) -> EnvironmentSession:
-    return EnvironmentSession(build_environment(SEARCH), max_result_chars=max_result_chars)
+def runner(max_result_chars: int = 400) -> EnvironmentRunner:
+    return EnvironmentRunner(build_environment(SEARCH), max_result_chars=max_result_chars)
 
 
 def demo_ids(tok, prompt: str, turns: list[str]) -> tuple[list[int], list[int], list[str]]:
     """(prompt ids, episode ids, owner per episode token) of a demonstration, results from the real search."""
-    fmt, env = TagFormat(), session()
+    fmt, env = TagFormat(), runner()
     env.reset({"paragraphs": PARAGRAPHS})
     prompt_ids = tok(format_prompt(tok, prompt))["input_ids"]
     ids, owners = [], []
