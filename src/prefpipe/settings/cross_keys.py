@@ -2,6 +2,9 @@
 (`build_stage`: the workflow's parse, a dry run, and a stage's own --config), so a setting that would give a
 meaningless result stops the run naming both keys instead of running to a result that says nothing.
 
+Learning-rate warm-ups longer than a run are not refused: a short smoke run of a config tuned for long ones is a
+legitimate use and its result still means what it says (a length head whose terms never reach their weight does not).
+
 RULES maps a settings class (by name) to its rules; each rule returns (key, message) for what it refuses, or None.
 
 Percentile intervals: an interval at confidence c from B resamples takes its ends at the (1 - c) / 2 and
@@ -53,7 +56,7 @@ def _warmup(key: str, warmup: int, steps_key: str, steps: int | None, what: str)
 
 def _reward_rules(s: Any) -> list[Refusal]:  # RewardSettings
     t, head = s.train, s.head
-    found = [_warmup("train.warmup_steps", t.warmup_steps, "train.steps", t.steps, "the learning rate")]
+    found: list[Refusal] = []
     length = getattr(head, "length_head", None)
     if length is not None and length.enabled:
         found.append(
@@ -69,16 +72,7 @@ def _reward_rules(s: Any) -> list[Refusal]:  # RewardSettings
 
 
 def _grpo_rules(s: Any) -> list[Refusal]:  # GrpoSettings
-    return [
-        _warmup("warmup_steps", s.warmup_steps, "steps", s.steps, "the learning rate"),
-        _resamples("eval.bootstrap_samples", s.eval.bootstrap_samples, s.eval.confidence),
-    ]
-
-
-def _base_rules(s: Any) -> list[Refusal]:  # BaseSettings
-    if not s.sft.enabled:
-        return []
-    return [_warmup("sft.warmup_steps", s.sft.warmup_steps, "sft.steps", s.sft.steps, "the learning rate")]
+    return [_resamples("eval.bootstrap_samples", s.eval.bootstrap_samples, s.eval.confidence)]
 
 
 def _eval_rules(s: Any) -> list[Refusal]:  # EvalSettings
@@ -94,7 +88,6 @@ def _eval_rules(s: Any) -> list[Refusal]:  # EvalSettings
 RULES: dict[str, Callable[[Any], list[Refusal]]] = {
     "RewardSettings": _reward_rules,
     "GrpoSettings": _grpo_rules,
-    "BaseSettings": _base_rules,
     "EvalSettings": _eval_rules,
     "AblationStageSettings": lambda s: [
         _resamples("bootstrap_resamples", s.bootstrap_resamples, s.confidence)
