@@ -58,7 +58,12 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
-    if report.skipped and not hasattr(report, "wasxfail") and declared(_skip_reason(report)) is None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    # a slow test outside the slow tier is the slow tier, whichever skip marker pytest reported first
+    if "slow" in getattr(report, "keywords", {}) and os.environ.get("PREFPIPE_SLOW") != "1":
+        return
+    if declared(_skip_reason(report)) is None:
         _UNDECLARED.append(f"{report.nodeid}: {_skip_reason(report)}")
 
 

@@ -37,6 +37,7 @@ OPTIONAL_TIERS = (
         "slow tier",
         "slow tier: set PREFPIPE_SLOW=1 to run",
         "pretrained backbones and long training (PREFPIPE_SLOW=1): tens of minutes on 2 cores",
+        required_when="PREFPIPE_SLOW",
     ),
     OptionalTier(
         "vLLM tier",
