@@ -5,6 +5,24 @@
 # arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Checked first, before minutes of installing. System packages are never installed here: the tests that need
+# them (tests/test_report_chromium.py: headless Chromium; tests/test_slurm_cluster.py: a local SLURM with munge, as
+# root) skip naming why when they are missing; `sudo bash scripts/ci_system_deps.sh` installs them once (CI runs it
+# in .ci/run before this script). Under CI=true a missing one, or a missing ../shared/data (which 40-odd tests
+# read), stops the run here, naming it: every tier CI must run either runs or fails (tests/support/tiers.py holds
+# the skips CI accepts).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
+[ -d ../shared/data ] || missing+=("../shared/data (the real test data beside the checkout)")
+if [ ${#missing[@]} -gt 0 ]; then
+    missing=("$(IFS=';' && echo "${missing[*]}" | sed 's/;/; /g')")
+    if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then
+        echo "== CI=true and not installed/present: ${missing[*]} (sudo bash scripts/ci_system_deps.sh installs the packages)" >&2
+        exit 1
+    fi
+    echo "== not installed/present: ${missing[*]} (their tests skip; sudo bash scripts/ci_system_deps.sh installs the packages)"
+fi
 # deepspeed: tests/test_reward_deepspeed.py trains under ZeRO-2/3 on DeepSpeed's CPU accelerator (about 15 s to
 # install; its ops are compiled on first use, not at install).
 bash scripts/bootstrap.sh dev,slurm,deepspeed
@@ -36,22 +54,6 @@ python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["pr
 python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"])' |
     xargs -r python -m pip install --quiet
 
-# System packages are never installed here. The tests that need them (tests/test_report_chromium.py: headless
-# Chromium; tests/test_slurm_cluster.py: a local SLURM with munge, as root) skip naming why when they are missing;
-# `sudo bash scripts/ci_system_deps.sh` installs them once (CI runs it in .ci/run before this script). Under
-# CI=true (and for ../shared/data, which 40-odd tests read) a missing one stops the run here, naming it: every
-# tier CI must run either runs or fails (tests/support/tiers.py holds the skips CI accepts).
-missing=()
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
-[ -d ../shared/data ] || missing+=("../shared/data (the real test data beside the checkout)")
-if [ ${#missing[@]} -gt 0 ]; then
-    if [[ "${CI:-}" =~ ^(1|true|yes)$ ]]; then
-        echo "== CI=true and not installed/present: ${missing[*]} (sudo bash scripts/ci_system_deps.sh installs the packages)" >&2
-        exit 1
-    fi
-    echo "== not installed/present: ${missing[*]} (their tests skip; sudo bash scripts/ci_system_deps.sh installs the packages)"
-fi
 echo "== ruff"
 ruff check src tests
 ruff format --check src tests
