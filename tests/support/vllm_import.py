@@ -8,6 +8,7 @@ import importlib.util
 import os
 
 import pytest
+
 from support.tiers import need
 
 
