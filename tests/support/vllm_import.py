@@ -28,6 +28,6 @@ def require_vllm(in_process: bool = True) -> None:
             f"vllm does not import here ({type(err).__name__}: {err}); build the vLLM virtualenv with "
             "scripts/vllm_env.sh and run this file with its python"
         )
-        if os.environ.get("PREFPIPE_VLLM") == "1":
-            need(why, allow_module_level=True)  # the tier was asked for: CI=true fails, naming what is missing
+        if os.environ.get("PREFPIPE_VLLM") == "1":  # the tier was asked for: CI=true fails, naming what is missing
+            need(why, allow_module_level=True)
         pytest.skip(why, allow_module_level=True)
