@@ -28,6 +28,7 @@ def require_vllm(in_process: bool = True) -> None:
             f"vllm does not import here ({type(err).__name__}: {err}); build the vLLM virtualenv with "
             "scripts/vllm_env.sh and run this file with its python"
         )
-        if os.environ.get("PREFPIPE_VLLM") == "1":  # the tier was asked for: CI=true fails, naming what is missing
+        # the tier was asked for (PREFPIPE_VLLM=1): under CI=true this fails, naming what is missing
+        if os.environ.get("PREFPIPE_VLLM") == "1":
             need(why, allow_module_level=True)
         pytest.skip(why, allow_module_level=True)
