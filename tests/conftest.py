@@ -1,4 +1,5 @@
-"""Shared test set-up: offline hub, one torch thread per test process, and the slow tier switch."""
+"""Shared test set-up: offline hub, one torch thread per test process, the slow tier switch, and under CI=true
+the check that every skip is in a declared optional tier (tests/support/tiers.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.tiers import OPTIONAL_TIERS, declared, in_ci, need
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -42,6 +44,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data beside the repository (real preference rows for tests; never copied into the repo)."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real test data not found at {SHARED_DATA}")
+    need(None if SHARED_DATA.is_dir() else f"real test data not found at {SHARED_DATA} (../shared/data)")
     return SHARED_DATA
+
+
+# "node id: reason" of every skip outside tests/support/tiers.py's OPTIONAL_TIERS, in this session
+_UNDECLARED: list[str] = []
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    # a slow test outside the slow tier is the slow tier, whichever skip marker pytest reported first
+    if "slow" in getattr(report, "keywords", {}) and os.environ.get("PREFPIPE_SLOW") != "1":
+        return
+    if declared(_skip_reason(report)) is None:
+        _UNDECLARED.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true a skip outside the declared optional tiers fails the run (issue 52)."""
+    if in_ci() and _UNDECLARED and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if in_ci() and _UNDECLARED:
+        terminalreporter.section("CI=true: skips outside the declared optional tiers fail the run", red=True)
+        for line in _UNDECLARED:
+            terminalreporter.line(line, red=True)
+        terminalreporter.line(
+            "declared optional tiers (tests/support/tiers.py): "
+            + ", ".join(f"{t.name} ({t.reason_starts!r})" for t in OPTIONAL_TIERS)
+        )

@@ -1,7 +1,8 @@
 """Conversations end to end (issue 36, item 1): real multi-turn HH-RLHF rows become role/content histories, and a
 reward input is each family's own chat-template rendering of history + the assistant's reply, checked against
 `tokenizer.apply_chat_template` of the whole conversation (text and token ids) for ChatML (Qwen2, Qwen3),
-Llama 3, Gemma 2/3, Mistral and Phi-3 templates (tests/support/families.py)."""
+Llama 3, Gemma 2/3, Mistral and Phi-3 templates (tests/support/families.py: Llama 3, Qwen2.5, Gemma 3 and Phi-3
+are the families' own templates, as TRL ships them)."""
 
 from __future__ import annotations
 

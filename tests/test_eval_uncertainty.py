@@ -136,27 +136,65 @@ def test_bootstrap_is_stratified_and_reproducible():
     out = bootstrap(positives, y, resamples=50, confidence=0.95, seed=3)
     assert set(counts) == {3}  # every resample keeps the class counts (and the full-data call too)
     assert out == {"value": 0.15, "low": 0.15, "high": 0.15}
-    u = np.random.default_rng(4).random(20)
-    a = auroc_interval(u, y, resamples=200, confidence=0.95, seed=5)
-    b = auroc_interval(u, y, resamples=200, confidence=0.95, seed=5)
-    assert a == b and a["low"] <= a["value"] <= a["high"] and (a["positives"], a["negatives"]) == (3, 17)
+
+
+def _redrawn(statistic, strata, resamples: int, confidence: float, seed: int) -> list[float]:
+    """The percentile interval over the same resamples, drawn here with numpy: default_rng(seed), per stratum
+    in first-seen order an (resamples, n_stratum) integers draw of positions within it, the strata side by side."""
+    rng, strata = np.random.default_rng(seed), [str(s) for s in strata]
+    blocks = []
+    for stratum in dict.fromkeys(strata):
+        members = np.array([i for i, s in enumerate(strata) if s == stratum])
+        blocks.append(members[rng.integers(0, len(members), size=(resamples, len(members)))])
+    rows = np.hstack(blocks)
+    values = [statistic(r) for r in rows]
+    tail = (1 - confidence) / 2
+    return list(np.quantile(values, [tail, 1 - tail]))
+
+
+def _aurc_by_hand(correct, u) -> float:
+    """Mean error rate among the k least uncertain pairs over k = 1..N (no tied uncertainties)."""
+    wrong = ~np.asarray(correct)[np.argsort(u)]
+    return float(np.mean([wrong[:k].mean() for k in range(1, len(u) + 1)]))
+
+
+def test_auroc_interval_is_the_percentile_interval_of_the_same_resamples():
+    rng = np.random.default_rng(4)
+    y = rng.random(40) < 0.3  # the classes interleaved: the stratum order is first-seen
+    u = rng.random(40) + 0.3 * y
+    got = auroc_interval(u, y, resamples=300, confidence=0.9, seed=5)
+    assert got["value"] == pytest.approx(_auroc_pairs(u, y))
+    want = _redrawn(lambda i: _auroc_pairs(u[i], y[i]), y, 300, 0.9, 5)
+    assert [got["low"], got["high"]] == pytest.approx(want, abs=1e-12)
+    assert (got["positives"], got["negatives"]) == (int(y.sum()), int((~y).sum()))
+    assert auroc_interval(u, y, resamples=300, confidence=0.9, seed=6) != got  # the seed is used
 
 
 def test_paired_comparisons():
     rng = np.random.default_rng(6)
     n = 60
     correct = rng.random(n) < 0.8
-    u = rng.random(n)
-    strata = ["s1"] * 30 + ["s2"] * 30
+    u, margin = rng.random(n), rng.random(n)
+    strata = ["s1", "s2", "s3"] * 20
     same = aurc_comparison(correct, u, u, strata, resamples=100, confidence=0.95, seed=0)
     assert same["difference"] == {"value": 0.0, "low": 0.0, "high": 0.0}
+    # the paired interval: both AURCs on the same resampled rows, redrawn here
+    got = aurc_comparison(correct, u, margin, strata, resamples=200, confidence=0.95, seed=1)
+    assert got["uncertainty"] == pytest.approx(_aurc_by_hand(correct, u))
+    diff = lambda i: _aurc_by_hand(correct[i], u[i]) - _aurc_by_hand(correct[i], margin[i])  # noqa: E731
+    want = _redrawn(diff, strata, 200, 0.95, 1)
+    assert [got["difference"]["low"], got["difference"]["high"]] == pytest.approx(want, abs=1e-12)
     prob_a, prob_b = rng.random(n), rng.random(n)
     out = ece_difference(
         prob_a, correct, prob_b, correct, strata, n_bins=5, resamples=100, confidence=0.9, seed=0
     )
     assert out["a"] == expected_calibration_error(prob_a, correct, 5)
     assert out["difference"]["value"] == pytest.approx(out["a"] - out["b"])
-    assert out["difference"]["low"] <= out["difference"]["high"]
+    ece = expected_calibration_error
+    want = _redrawn(
+        lambda i: ece(prob_a[i], correct[i], 5) - ece(prob_b[i], correct[i], 5), strata, 100, 0.9, 0
+    )
+    assert [out["difference"]["low"], out["difference"]["high"]] == pytest.approx(want, abs=1e-12)
 
 
 def test_ensemble_preference_treats_members_as_samples():

@@ -4,14 +4,16 @@ preference probabilities through the Hugging Face classes (issue 34, item 5)."""
 
 from __future__ import annotations
 
-import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from support.export_runs import folder_module, reward_run
 from support.models import build_reward, lora_reward, save_tiny_base, save_tiny_policy, save_tiny_tied_base
+from support.stages import stage_env
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from prefpipe.common.chat import has_chat_template
@@ -93,25 +95,63 @@ def _loader(folder: Path):
     return folder_module(folder, "reward_loader.py")
 
 
-def _imported(module) -> set[str]:
-    tree = ast.parse(Path(module.__file__).read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    return names | {
-        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
-    }
+# A user's interpreter without prefpipe: an import hook refuses every prefpipe module (and records the attempt),
+# then the export folder's reward_loader.py is loaded by path, as its card says, and scores the pairs.
+STANDALONE = """
+import importlib.util, json, sys
+
+tried = []
 
 
-def test_shipped_modules_are_standalone():
-    """reward_loader.py imports torch, transformers, safetensors and the standard library only; prefpipe_chat.py
-    (prefpipe.common.chat, shipped with every export) the standard library and jinja2 (transformers' own
-    template engine) only."""
-    from prefpipe.common import chat
-    from prefpipe.export import reward_loader
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "prefpipe":
+            tried.append(name)
+            raise ModuleNotFoundError(name)
+        return None
 
-    stdlib = {"__future__", "collections", "importlib", "json", "logging", "math", "pathlib"}
-    stdlib |= {"types", "typing"}
-    assert _imported(reward_loader) <= stdlib | {"torch", "transformers", "safetensors"}
-    assert _imported(chat) <= stdlib | {"jinja2"}
+
+sys.meta_path.insert(0, Refuse())
+import torch
+
+folder, (prompts, a, b) = sys.argv[1], json.loads(sys.argv[2])
+spec = importlib.util.spec_from_file_location("reward_loader", folder + "/reward_loader.py")
+loader = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(loader)
+rm = loader.ExportedRewardModel.from_folder(folder)
+p = rm.preference_prob(prompts, a, b, 16, torch.Generator().manual_seed(5))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "prefpipe")
+print("RESULT", json.dumps({"p": p.tolist(), "tried": tried, "loaded": loaded}))
+"""
+
+
+def test_the_export_folder_scores_where_prefpipe_cannot_be_imported(tmp_path):
+    """reward_loader.py and its prefpipe_chat.py (prefpipe.common.chat, copied) in a fresh interpreter whose
+    import hook refuses prefpipe: it never asks for it, and its P(a > b) on plain prompts and on a conversation
+    equals prefpipe's own."""
+    base = save_tiny_tied_base(tmp_path / "base")
+    rm, _ = build_reward(base, "gpm", backbone={"likelihood_features": True})
+    info = export_reward(reward_run(tmp_path, rm), tmp_path / "export")
+    assert info["format"] == "head-folder"
+    conversation = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "What is 2 + 3?"},
+    ]
+    prompts = [*PROMPTS[:3], conversation]
+    a, b = RESPONSES[:4], RESPONSES[4:]
+    ours = load_reward_model(tmp_path / "run" / "model", fast_paths=False)
+    want = ours.preference_prob(ours.encode(prompts, a, 4), ours.encode(prompts, b, 4), 16,
+                                torch.Generator().manual_seed(5))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", STANDALONE, str(tmp_path / "export"), json.dumps([prompts, a, b])],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=stage_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.split("RESULT", 1)[1])
+    assert got["tried"] == [] and got["loaded"] == []  # prefpipe was never asked for
+    assert torch.tensor(got["p"]).sub(want).abs().max().item() < TOL
+    assert want.std() > 0  # the comparison is not degenerate
 
 
 @pytest.mark.parametrize("head", ["gpm", "bgpm", "bt-features"])

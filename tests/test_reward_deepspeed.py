@@ -31,6 +31,7 @@ from support.models import save_tiny_base
 from support.rows import write_reward_data
 from support.settings import reward_settings, stage_json
 from support.stages import stage_env
+from support.tiers import need
 
 from prefpipe.reward.model import build_reward_model, load_reward_model
 from prefpipe.reward.pairs import Pair, read_pairs
@@ -42,9 +43,7 @@ LOSS_RTOL = 1e-4  # the acceptance bound; observed 2e-7 to 9e-6
 SCORE_ATOL = 1e-4  # saved-and-reloaded vs one-process in-memory scores; observed 8e-8 to 3e-7
 
 if importlib.util.find_spec("deepspeed") is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("deepspeed is missing under CI: scripts/test.sh installs the `deepspeed` extra")
-    pytest.skip(
+    need(
         "deepspeed not installed (pip install -e '.[deepspeed]'; scripts/test.sh installs it)",
         allow_module_level=True,
     )

@@ -5,11 +5,10 @@ xstest-should-refuse 154 / should-respond 250 by default, the pre-September-2024
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
-import pytest
 from support.settings import eval_settings
+from support.tiers import need
 
 from prefpipe.evaluation.sections import SECTION_TITLES, XSTEST_WEIGHTS, official_weights
 
@@ -21,10 +20,8 @@ def _harness_constants():
     are deliberately not installed, and constants.py itself imports nothing."""
     spec = importlib.util.find_spec("rewardbench")
     if spec is None or not spec.submodule_search_locations:
-        if os.environ.get("CI") == "true":
-            pytest.fail("rewardbench is not installed: scripts/test.sh installs the `reference` extra")
-        pytest.skip(
-            "rewardbench not installed (pip install --no-deps rewardbench==0.1.4, see scripts/test.sh)"
+        need(
+            "rewardbench not installed (pip install --no-deps rewardbench==0.1.4; scripts/test.sh installs it)"
         )
     from importlib import metadata
 

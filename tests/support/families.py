@@ -14,10 +14,20 @@ the family's own layout: where the system prompt goes, how a turn ends, which to
 | phi3     | fused qkv and gate/up projections, pad = eos                    | <|user|> blocks (<|end|>; <|endoftext|>) |
 
 The sliding windows (8 tokens) are shorter than the test rows, so a path that ignores them gives other numbers.
+
+Chat templates (issue 52): Llama 3, Qwen2.5 (qwen2), Gemma 3 and Phi-3 use the families' own templates as TRL
+ships them (trl/chat_templates/<name>.jinja, the `bench` extra: byte copies of the models' tokenizer_config.json
+templates, kept current by TRL's weekly check against the Hub repos; TRL's chat_templates/README.md names each
+one's source). Three remain written here: Mistral (no package ships its template), and two whose real templates
+prefpipe does not handle yet, found by trying them: Gemma 2's own template (trl's gemma.jinja) refuses a system
+message ("System role not supported"), so a RewardBench 2 conversation with a system turn fails to render, and
+Qwen3's own (qwen3.jinja) writes an empty <think></think> block into a finished reply, so a reward input is no
+longer the policy's prompt part + reply.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +39,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from support.models import CHAT_CORPUS, PAIR_CORPUS, _bpe_json
 from support.rows import RPS_PROMPTS
+from support.tiers import need
 
 WINDOW = 8  # sliding-window length, shorter than every test row
 CORPUS = PAIR_CORPUS + CHAT_CORPUS + RPS_PROMPTS + ("system user assistant model helpful",)
@@ -56,19 +67,22 @@ def _folded_system(turn: str) -> str:
     )
 
 
-LLAMA3 = (
-    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-    "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
+def _own_template(name: str) -> str:
+    """trl/chat_templates/<name>.jinja, read without importing trl (module docstring)."""
+    spec = importlib.util.find_spec("trl")
+    found = spec is not None and spec.submodule_search_locations
+    folder = Path(next(iter(spec.submodule_search_locations))) / "chat_templates" if found else None
+    need(None if folder and folder.is_dir() else "trl's chat_templates not found: the families' own chat templates "
+         "come from it (the bench extra; scripts/test.sh installs it)", allow_module_level=True)  # fmt: skip
+    return (folder / f"{name}.jinja").read_text()
+
+
+LLAMA3 = _own_template("llama3")
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-CHATML_SYSTEM = (
-    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-    "{% endif %}" + CHATML
-)
+CHATML_SYSTEM = _own_template("qwen2_5")
 GEMMA = (
     "{{ bos_token }}"
     + _folded_system(
@@ -77,14 +91,12 @@ GEMMA = (
     )
     + "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
+GEMMA3 = _own_template("gemma3")
 MISTRAL = "{{ bos_token }}" + _folded_system(
     "{% if m['role'] == 'user' %}[INST] {{ (sys if loop.first else '') + m['content'] }} [/INST]"
     "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
 )
-PHI3 = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% else %}{{ eos_token }}{% endif %}"
-)
+PHI3 = _own_template("phi3")
 GEMMA_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>")
 TWO_LAYER_WINDOWS = ["sliding_attention", "full_attention"]
 
@@ -96,12 +108,12 @@ def _qwen(name: str, config_class: str, template: str) -> Family:
                   template=template, config={"tie_word_embeddings": True})  # fmt: skip
 
 
-def _gemma(name: str, config_class: str, **config: Any) -> Family:
+def _gemma(name: str, config_class: str, template: str, **config: Any) -> Family:
     """Gemma 2 / 3 (text): <start_of_turn> blocks, replies end with <end_of_turn>, eos <eos>; a sliding window
     on every other layer and a query scale other than the head size."""
     windows = {"sliding_window": WINDOW, "layer_types": TWO_LAYER_WINDOWS, "query_pre_attn_scalar": 16}
     return Family(name, config_class, GEMMA_SPECIALS, eos="<eos>", bos="<bos>", pad="<pad>",
-                  stop=("<end_of_turn>",), template=GEMMA, config=windows | config)  # fmt: skip
+                  stop=("<end_of_turn>",), template=template, config=windows | config)  # fmt: skip
 
 
 FAMILIES = {
@@ -124,8 +136,8 @@ FAMILIES = {
         ),
         _qwen("qwen2", "Qwen2Config", CHATML_SYSTEM),
         _qwen("qwen3", "Qwen3Config", CHATML),
-        _gemma("gemma2", "Gemma2Config", attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
-        _gemma("gemma3", "Gemma3TextConfig"),
+        _gemma("gemma2", "Gemma2Config", GEMMA, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+        _gemma("gemma3", "Gemma3TextConfig", GEMMA3),
         Family(
             "mistral",
             "MistralConfig",

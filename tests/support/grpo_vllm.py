@@ -65,6 +65,29 @@ def trainer(
     )
 
 
+def record_samples(trainer_: GRPOTrainer) -> dict[int, dict]:
+    """Watch the trainer's rollouts (the real ones, unchanged): per step, the rows' ids, each completion's token
+    ids (up to and including its first EOS) and its decoded text; filled in as the trainer samples."""
+    seen: dict[int, dict] = {}
+    rollout = trainer_._rollout
+
+    def recording(step: int):
+        batch, metrics = rollout(step)
+        r = batch.rollout
+        seen[step] = {
+            "ids": [row["id"] for row in batch.rows],
+            "tokens": [
+                ids[mask.bool()].tolist()
+                for ids, mask in zip(r.completion_ids, r.completion_mask, strict=True)
+            ],
+            "texts": list(r.texts),
+        }
+        return batch, metrics
+
+    trainer_._rollout = recording
+    return seen
+
+
 def skip_push_at(trainer_: GRPOTrainer, step: int) -> None:
     """Make the engine's weight push after `step` a no-op (a missed sync); other pushes go through."""
     engine, push = trainer_.engine, trainer_.engine._push_weights

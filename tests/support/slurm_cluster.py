@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from support.tiers import need
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "slurm" / "local_slurm.sh"
 ETC_CONF = Path("/etc/slurm/slurm.conf")
@@ -70,11 +72,7 @@ def live(pid: int) -> bool:
 @pytest.fixture(scope="module", name="cluster")
 def cluster_fixture():
     """Environment (SLURM_CONF included) of a running single-node SLURM; torn down after the module."""
-    reason = skip_reason()
-    if reason:
-        if missing_programs() and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{reason}; CI must have them")
-        pytest.skip(reason)
+    need(skip_reason())
     lock = LOCK.open("w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
