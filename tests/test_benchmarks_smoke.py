@@ -67,7 +67,14 @@ SMOKE = {
     ),
 }
 NOT_SCRIPTS = {"common.py"}  # imported by the scripts, run through them
-SHELL = ("setup.sh", "gpu_wheels.sh", "gpu_workflow_wheels.sh", "gpu_workflow.sh", "gpu_paper_chunk.sh", "device_window.sh")
+SHELL = (
+    "setup.sh",
+    "gpu_wheels.sh",
+    "gpu_workflow_wheels.sh",
+    "gpu_workflow.sh",
+    "gpu_paper_chunk.sh",
+    "device_window.sh",
+)
 # run by another script's smoke (test_gpu_workflow_script_smoke), not on its own
 RUN_BY = {"workflow_record.py": "gpu_workflow.sh"}
 
