@@ -130,8 +130,9 @@ def test_table_loss_equals_the_trainer_loss_with_the_engines_importance_correcti
     rollout = {"importance_correction": "token_truncate", "importance_cap": cap}
     out, trainer = _run(tmp_path, rollout=rollout)
     for step in (0, 2):
-        assert main([str(out), "--step", str(step)]) == 0
-        result = json.loads((out / "inspect" / f"step-{step:08d}" / f"step-{step}.json").read_text())
+        page = tmp_path / f"corrected-{step}"
+        assert main([str(out), "--step", str(step), "--out", str(page)]) == 0
+        result = json.loads((page / f"step-{step}.json").read_text())
         logged = trainer.metric_rows[step][LOSS_FIRST_ITERATION]
         assert result["table_loss"] == pytest.approx(logged, rel=1e-5, abs=1e-7)
         weights = {round(t["sampler_weight"], 5) for t in result["tokens"] if t["mask"]}
