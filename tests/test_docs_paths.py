@@ -57,7 +57,10 @@ def product_files() -> list[Path]:
         files += [
             p
             for p in sorted((REPO / tree).rglob("*"))
-            if p.is_file() and p.suffix in PRODUCT_SUFFIXES and "__pycache__" not in p.parts
+            if p.is_file()
+            and p.suffix in PRODUCT_SUFFIXES
+            and "__pycache__" not in p.parts
+            and not any(part.endswith(".egg-info") for part in p.parts)  # pip's build copy of the README
         ]
     return files
 
