@@ -139,4 +139,7 @@ def test_table_loss_equals_the_trainer_loss_with_the_engines_importance_correcti
         # first pass: w = min(exp(log pi - log pi_engine), cap) = exp(-0.4) or the cap (exp(0.4) > 1.3)
         assert weights == {round(float(torch.exp(torch.tensor(-MismatchedEngine.SHIFT))), 5), cap}
         assert trainer.metric_rows[step]["is_truncated_ratio"] > 0.2
-    assert abs(trainer.metric_rows[2][LOSS_FIRST_ITERATION]) > 1e-2
+    # step 2's loss is not 0, so the equality above carries the check: without the sampler weights the table is
+    # about 8% off the trainer's, far beyond rel 1e-5 / abs 1e-7 at any loss above 1e-5. (Its size depends on the
+    # sampled tokens, which the thread count can change: 0.033 alone, 0.00025 inside the whole suite.)
+    assert abs(trainer.metric_rows[2][LOSS_FIRST_ITERATION]) > 1e-5
