@@ -102,7 +102,7 @@ class FirstPass:
 def make_adamw(params: list[torch.nn.Parameter], settings: GrpoSettings) -> torch.optim.AdamW | MasterWeights:
     """AdamW with the fused kernel where torch has one for these parameters (CPU and CUDA), else foreach: one
     kernel over all tensors instead of a Python loop per parameter (equal updates, tested). Half-precision
-    parameters (dtype bfloat16/float16) are stepped through fp32 master copies (grpo/algorithm/master_weights.py)."""
+    parameters (dtype bfloat16/float16) are stepped through fp32 master copies (common/optim/master_weights.py)."""
     if needs_master_weights(params):
         return MasterWeights(params, lambda master: _adamw(master, settings))
     return _adamw(params, settings)
