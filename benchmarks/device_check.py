@@ -17,7 +17,11 @@ max_length 512 at 0.5b):
   prefpipe_bt_master     + backbone.precision bf16_master: bf16 weights, fp32 master copies and Adam state
   prefpipe_bt_packed     + train.packing (one packed row when flash-attn is importable and the backbone runs it
                          as attn_implementation flash_attention_2, else rows of 4096 tokens under sdpa)
-  prefpipe_bt_fast, prefpipe_gpm_fast, prefpipe_bgpm_fast   all three levers together
+  prefpipe_bt_fast, prefpipe_gpm_fast, prefpipe_bgpm_fast   all the levers together (Liger's kernels when
+                         liger_kernel is importable: backbone.kernels liger)
+  prefpipe_bt_liger      + backbone.kernels liger alone (only when liger_kernel is importable)
+  prefpipe_bt_fast_compiled   prefpipe_bt_fast + backbone.compile default (torch.compile; the first steps compile;
+                         CUDA only)
   trl                    RewardTrainer, fp32 weights, bf16=True (the issue's setting)
   trl_bf16               RewardTrainer with the weights loaded in bf16 (its fastest documented setting here;
                          use_liger_kernel when liger_kernel is importable). TRL 1.16's RewardTrainer has no
@@ -30,6 +34,9 @@ Host syncs: after the first round, one run of prefpipe_bt_fast's settings under 
 first) from the first metrics read to the last; the trainer's own reads lift the mode, so any site listed is a
 host sync inside a step. On CPU (no CUDA) the run reports its host reads only.
 MFU = 6 x (parameters outside the embedding) x real tokens/s / --peak-tflops (attention FLOPs not counted).
+"agreement": each BT lever side's first step (same weights, same pairs) against prefpipe_bt's, loss and gradient
+norm, relative, within AGREEMENT_RTOL (the levers' correctness check on the device: Liger and the compiled
+forward cannot run in the CPU tests).
 Rounds after the first run only while the budget allows (gpu.Runner); the JSON is rewritten after each child.
 """
 
@@ -57,8 +64,11 @@ def sides(device: str) -> dict[str, dict]:
     pack = {"train": {**sync, "packing": True, "packing_row_tokens": rows}}
     if flash:
         pack["backbone"] = {"attn_implementation": "flash_attention_2"}
-    fast = {"train": {**pack["train"], **deferred}, "backbone": {**pack.get("backbone", {}), "precision": "bf16_master"}}
     liger = device != "cpu" and importlib.util.find_spec("liger_kernel") is not None
+    kernels = {"kernels": "liger"} if liger else {}
+    fast = {"train": {**pack["train"], **deferred},
+            "backbone": {**pack.get("backbone", {}), "precision": "bf16_master", **kernels}}
+    compiled = {"train": fast["train"], "backbone": {**fast["backbone"], "compile": "default"}}
     return {
         "prefpipe_bt": {"train": sync},
         "prefpipe_bt_async": {"train": deferred},
@@ -67,10 +77,33 @@ def sides(device: str) -> dict[str, dict]:
         "prefpipe_bt_fast": fast,
         "prefpipe_gpm_fast": fast,
         "prefpipe_bgpm_fast": fast,
+        **({"prefpipe_bt_liger": {"train": sync, "backbone": kernels}} if liger else {}),
+        # compiling costs the CPU smoke a minute; tests/test_backbone_execution.py checks the lever on CPU
+        **({"prefpipe_bt_fast_compiled": compiled} if device != "cpu" else {}),
         "trl": {},
         "trl_bf16": {"trl_dtype": "bfloat16" if device != "cpu" else "float32",
                      "trl_args": {"use_liger_kernel": True} if liger else {}},
     }  # fmt: skip
+
+
+# A lever's first step against prefpipe_bt's (same weights, same pairs): |relative difference| of the loss and
+# the gradient norm. The bound is bf16's: prefpipe_bt runs fp32 weights under bf16 autocast, bf16_master rounds
+# the weights themselves, Liger's kernels and torch.compile reorder sums.
+AGREEMENT_RTOL = 2e-2
+
+
+def agreement(results: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per prefpipe side, its first step's loss and grad-norm relative differences to prefpipe_bt (first round)."""
+    plain = next((r.get("first_step") for r in results.get("prefpipe_bt", []) if r.get("first_step")), None)
+    out: dict[str, dict] = {}
+    for side, runs in results.items():
+        first = next((r.get("first_step") for r in runs if r.get("first_step")), None)
+        if not (plain and first) or side == "prefpipe_bt" or not side.startswith("prefpipe_bt"):
+            continue
+        gaps = {k: abs(first[k] - plain[k]) / max(abs(plain[k]), 1e-12) for k in ("loss", "grad_norm")
+                if first.get(k) is not None and plain.get(k) is not None}  # fmt: skip
+        out[side] = {**{f"{k}_rel": v for k, v in gaps.items()}, "within": all(v <= AGREEMENT_RTOL for v in gaps.values())}
+    return out
 
 
 def main() -> None:
@@ -117,6 +150,7 @@ def main() -> None:
                 results, model["params_non_embedding"], model["params"], peak, g["batch"], tuple(variants)
             )
             payload["results"] = results
+            payload["agreement"] = agreement(results)
             gpu.write(out, payload)
         if r == 0:  # the host-sync check, once
             check = {**case, **variants["prefpipe_bt_fast"], "side": "prefpipe_bt_fast", "sync_debug": a.sync_debug}

@@ -30,6 +30,7 @@ WHEELS=(
     jsonschema-specifications==2025.9.1
     referencing==0.37.0
     rpds-py==2026.9.1
+    liger-kernel==0.8.5 # Triton kernels (the image's CUDA torch ships Triton): backbone.kernels liger, TRL's use_liger_kernel
 )
 rm -rf .whl
 mkdir -p .whl

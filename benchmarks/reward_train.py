@@ -225,8 +225,11 @@ def worker_prefpipe(case: dict, head: str) -> dict:
     trainer = RewardTrainer(rm, settings, pairs, tempfile.mkdtemp(), on_step_end=on_end)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always" if mode else "default")
-        trainer.train()
+        history = trainer.train().history
     out = {**per_step(marks, counter.steps()), **common.cuda_peak_memory()}
+    # the first step's loss and gradient norm (same weights and pairs on every side): a lever's agreement with
+    # the plain path (benchmarks/device_check.py's "agreement")
+    out["first_step"] = {k: history[0].get(k) for k in ("loss", "grad_norm")} if history else {}
     out["host_reads"] = trainer.metrics.reads
     if case.get("sync_debug"):
         out.update(sync_debug=mode or "off (no CUDA)", **sync_sites(seen))

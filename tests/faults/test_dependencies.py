@@ -40,6 +40,7 @@ def test_each_need_names_the_keys_that_ask_for_it():
         "vllm": [],
         "gguf": [],
         "deepspeed": [],
+        "liger_kernel": [],
     }
     multi_gpu = pipeline(
         {
@@ -57,3 +58,12 @@ def test_each_need_names_the_keys_that_ask_for_it():
 
 def test_installed_reads_the_environment():
     assert installed("json") and not installed("prefpipe_no_such_package") and not installed("no.such.sub")
+
+
+@pytest.mark.skipif(installed("liger_kernel"), reason="liger-kernel is installed here: nothing to refuse")
+def test_liger_kernels_without_the_package_are_refused_at_parse_time():
+    with pytest.raises(ConfigError) as info:
+        pipeline({"reward": {"only": ["bt"], "defaults": {"backbone": {"kernels": "liger"}}}, "grpo": {"only": ["verifier"]}})
+    message = str(info.value)
+    assert message.startswith("reward.variants.bt.backbone.kernels = liger needs the 'liger_kernel' package")
+    assert "pip install liger-kernel" in message

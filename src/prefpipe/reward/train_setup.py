@@ -1,5 +1,5 @@
 """What the reward trainer sets up around its loop: the accelerator (CPU, DDP or DeepSpeed), the precision
-(backbone.precision), the optimizer and its parameter groups (through fp32 master copies under bf16_master), the
+(backbone.precision), the backbone's kernels and compilation, the optimizer and its parameter groups (through fp32 master copies under bf16_master), the
 schedule, gradient clipping, and moving batches to the device."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from transformers import get_scheduler
 
 from prefpipe.common.config import ConfigError
 from prefpipe.common.optim.master_weights import MasterWeights
+from prefpipe.common.torch_runtime.kernels import apply_kernels, compile_backbone
 from prefpipe.reward.network import RewardModel
 from prefpipe.settings.reward import RewardSettings, TrainSettings, accumulation_steps
 
@@ -193,6 +194,17 @@ def full_precision(rm: RewardModel, optimizer: Any) -> None:
     copies = {id(p): m for p, m in zip(optimizer.params, optimizer.master, strict=True)}
     for p in rm.backbone.parameters():
         p.data = copies[id(p)].detach().clone() if id(p) in copies else p.data.float()
+
+
+def execution_setup(rm: RewardModel, settings: RewardSettings, device: torch.device) -> dict[str, Any]:
+    """backbone.kernels and backbone.compile on the backbone about to train (after precision_setup, so
+    compilation sees the dtype it will run in); returns what was applied, for the run's log."""
+    s = settings.backbone
+    applied = apply_kernels(rm.backbone, s.kernels, device)
+    compiled = compile_backbone(rm.backbone, s.compile)
+    if applied != "none" or compiled:
+        log.info("backbone execution: kernels %s, torch.compile %s", applied, s.compile)
+    return {"kernels": applied, "compile": s.compile if compiled else "none"}
 
 
 def total_steps(settings: RewardSettings, n_pairs: int) -> int:

@@ -38,6 +38,7 @@ from prefpipe.reward.pairs import Pair
 from prefpipe.reward.train_setup import (
     clip_gradients,
     deepspeed_param_dtype,
+    execution_setup,
     full_precision,
     head_grad_norm,
     length_buckets_for,
@@ -318,6 +319,7 @@ class RewardTrainer:
         if half is not None:  # ZeRO-3 init built the backbone in half precision; one dtype for all params
             self.rm.head.to(half)
         precision_setup(self.rm, s)  # bf16_master: bf16 backbone weights
+        self.execution = execution_setup(self.rm, s, self.acc.device)  # backbone.kernels / compile
         self.head_fit: dict[str, Any] = {}
         if self.checkpoint_to_resume() is None:  # a resumed run restores the fitted head and its buffers
             self._head_fit((chosen, rejected), "before")

@@ -51,10 +51,17 @@ def _deepspeed_keys(s: PipelineSettings) -> Iterator[str]:
         yield f"launch.accelerate_config = {path} (DeepSpeed, resources.train_reward_model.gpu > 1)"
 
 
+def _liger_keys(s: PipelineSettings) -> Iterator[str]:
+    for name, variant in s.reward.items():
+        if variant.backbone.kernels == "liger":
+            yield f"reward.variants.{name}.backbone.kernels = liger"
+
+
 NEEDS = (
     Need("vllm", "PREFPIPE_VLLM_VENV=.venv-vllm bash scripts/vllm_env.sh (or pip install vllm)", _vllm_keys),
     Need("gguf", "pip install gguf", _gguf_keys),
     Need("deepspeed", "pip install deepspeed", _deepspeed_keys),
+    Need("liger_kernel", "pip install liger-kernel (a CUDA build of torch with Triton)", _liger_keys),
 )
 
 

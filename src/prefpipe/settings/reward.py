@@ -75,6 +75,8 @@ class BackboneSettings:
     )
     pad_token_fix: str  # tokenizer without pad token: eos (decoders only, logged) | error
     attn_implementation: str | None
+    kernels: str  # none | liger (common/torch_runtime/kernels.py: fused Triton kernels, CUDA only)
+    compile: str  # none | default | reduce-overhead | max-autotune (torch.compile of the backbone, in place)
 
 
 @dataclass
