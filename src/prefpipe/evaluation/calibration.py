@@ -10,7 +10,7 @@ The benchmark's label is always "chosen wins", so calibration uses the top-label
 max(p, 1 - p) against whether the decision (s > 0) was right; Brier = mean (1 - p)^2, NLL = mean -log p.
 Selective accuracy abstains first on the largest predictive entropy H(P) (for point heads the same ranking as
 the smallest |P - 0.5|). For Bayesian heads the rankings by the point margin |m|, by the posterior's flip
-probability Phi(-|m| / sd) and by the raw variance are kept beside it; docs/UNCERTAINTY.md says why neither
+probability Phi(-|m| / sd) and by the raw variance are kept beside it; docs/findings/UNCERTAINTY.md says why neither
 of the last two is an uncertainty about the preference (the variance of a bilinear score grows with |m|).
 """
 

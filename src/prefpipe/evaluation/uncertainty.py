@@ -1,10 +1,10 @@
-"""How informative a head's uncertainty is, measured as the field measures it (docs/UNCERTAINTY.md).
+"""How informative a head's uncertainty is, measured as the field measures it (docs/findings/UNCERTAINTY.md).
 
 - What a Bayesian head says about a *preference*, from its score posterior s ~ N(m, v) (the closed-form variance)
   or from posterior samples of s: the probability that the decision flips, Phi(-|m| / sd); the predictive
   P(a > b) = E[sigmoid(s / tau)] and its binary entropy (total uncertainty; for two outcomes it ranks pairs exactly
   like -|P - 0.5|); the expected entropy E[H(sigmoid(s / tau))] (the likelihood's own noise) and their difference,
-  the mutual information between the label and the posterior (BALD, the epistemic part). docs/UNCERTAINTY.md
+  the mutual information between the label and the posterior (BALD, the epistemic part). docs/findings/UNCERTAINTY.md
   says why the raw variance is none of these.
 - AUROC of an uncertainty for a binary target (the head's own errors, high-disagreement pairs, unfamiliar pairs),
   with a bootstrap interval stratified by the target (every resample keeps both classes' counts).

@@ -1,5 +1,5 @@
 """Where a `prefpipe` command may write its output folder, so that no command deletes or overwrites anything it
-did not create (docs/CONTRACTS.md, "Command outputs").
+did not create (docs/reference/CONTRACTS.md, "Command outputs").
 
 `check_output` is the one place these rules live; every command (report, export, inspect) calls it through
 `command_output` before any work:
