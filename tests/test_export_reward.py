@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.export_runs import folder_module, reward_run
+from support.export_runs import WITHOUT_PREFPIPE, folder_module, reward_run
 from support.models import build_reward, lora_reward, save_tiny_base, save_tiny_policy, save_tiny_tied_base
 from support.stages import stage_env
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -98,23 +98,9 @@ def _loader(folder: Path):
 
 # A user's interpreter without prefpipe: an import hook refuses every prefpipe module (and records the attempt),
 # then the export folder's reward_loader.py is loaded by path, as its card says, and scores the pairs.
-STANDALONE = """
-import importlib.util, json, sys
-
-tried = []
-
-
-class Refuse:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "prefpipe":
-            tried.append(name)
-            raise ModuleNotFoundError(name)
-        return None
-
-
-sys.meta_path.insert(0, Refuse())
-import torch
-
+STANDALONE = (
+    WITHOUT_PREFPIPE
+    + """
 folder, (prompts, a, b) = sys.argv[1], json.loads(sys.argv[2])
 spec = importlib.util.spec_from_file_location("reward_loader", folder + "/reward_loader.py")
 loader = importlib.util.module_from_spec(spec)
@@ -124,6 +110,7 @@ p = rm.preference_prob(prompts, a, b)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "prefpipe")
 print("RESULT", json.dumps({"p": p.tolist(), "tried": tried, "loaded": loaded}))
 """
+)
 
 
 def test_the_export_folder_scores_where_prefpipe_cannot_be_imported(tmp_path):
