@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from prefpipe.common.expected_sigmoid import sigmoid  # the evaluation's sigmoid: one definition
+
 PROBIT_METHOD = "probit approximation: E[sigmoid(s/tau)], s ~ N(m, v) ~= sigmoid(m / sqrt(tau^2 + pi*v/8))"
 PREDICTIVE_METHOD = "predictive E[sigmoid(s/tau)], s ~ N(m, v), by numerical integration"
 POINT_METHOD = "sigmoid(s/tau) of the point score"
@@ -48,11 +50,6 @@ def _checked_variance(variance: np.ndarray) -> np.ndarray:
     if np.any(variance < 0):
         raise ValueError("score variance must be non-negative")
     return variance
-
-
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    return np.exp(-np.logaddexp(0.0, -z))
 
 
 def mc_expected_sigmoid(
