@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # grpo.logprob_chunk_tokens on the 2B paper step (issue 47, item 2), in one device call: the four GRPO cases of
-# docs/BENCHMARKS.md's 2026-11-27 table (micro-batch 128 / 32, each without and with gradient checkpointing) run
+# docs/findings/BENCHMARKS.md's 2026-11-27 table (micro-batch 128 / 32, each without and with gradient checkpointing) run
 # again by benchmarks/gpu_paper.py with --grpo-logprob-chunk (default 1024), one JSON each in $OUT
 # (g128_c1024.json, g128_gc_c1024.json, g32_c1024.json, g32_gc_c1024.json), to set beside
 # benchmarks/measured/h200-2026-11-27/g*.json. About 1.5-2 min a case on an H200 (the 2B build included).

@@ -16,7 +16,7 @@ layers (small vocabulary, wider and deeper models: activation bytes per token pe
 grpo.gradient_checkpointing), standin (a 256k-vocabulary, 8-layer stand-in before/after: micro-batch and
 checkpointing), chunk (the stand-in with grpo.logprob_chunk_tokens 0 / 512 / 128 / 32, and 0 / 128 with
 checkpointing). The summary fits the per-logit and per-token-per-layer slopes and extrapolates them to the 2B
-step (docs/BENCHMARKS.md shows the arithmetic).
+step (docs/findings/BENCHMARKS.md shows the arithmetic).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The prose names only what exists: every source path (`src/...`, `prefpipe/...`), every dotted module
 (`prefpipe.x.y`, or `prefpipe.x.y.name` for a name defined at the top of that module), every repository path in
-backticks (`workflow/...`, `scripts/...`, `config/...`, ...) and every relative link in README.md and docs/*.md
+backticks (`workflow/...`, `scripts/...`, `config/...`, ...) and every relative link in README.md and docs/**/*.md
 points at something in this checkout. And one naming of the stages: by rule name, with no stage numbers, in the
 README, the docs, the config comments, the schema descriptions and the package's docstrings. And the product
 speaks of the product: no file of src/, workflow/, config/, docs/ or the README cites an issue number, a work
@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # Folders of the repository a doc may name in backticks (results/ is output, never checked in).
 REPO_DIRS = (
     "workflow/",
@@ -188,7 +188,7 @@ def test_stages_are_named_by_rule_not_numbered():
 
 
 def test_config_comments_cite_nothing_a_reader_lacks():
-    """Config comments say what a key does and why; measurements and their runs live in docs/FINDINGS.md."""
+    """Config comments say what a key does and why; measurements and their runs live in docs/findings/FINDINGS.md."""
     paths = [REPO / "config" / "config.yaml", *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
     found = [
         f"{path.relative_to(REPO)}: {match.group(0)!r}"

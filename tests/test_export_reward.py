@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.export_runs import folder_module, reward_run
+from support.export_runs import WITHOUT_PREFPIPE, folder_module, reward_run
 from support.models import build_reward, lora_reward, save_tiny_base, save_tiny_policy, save_tiny_tied_base
 from support.stages import stage_env
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from prefpipe.common.chat import has_chat_template
+from prefpipe.evaluation.predictive import predictive
 from prefpipe.export.run import export_reward
 from prefpipe.export_reward import main
 from prefpipe.reward.model import load_reward_model
@@ -97,32 +98,19 @@ def _loader(folder: Path):
 
 # A user's interpreter without prefpipe: an import hook refuses every prefpipe module (and records the attempt),
 # then the export folder's reward_loader.py is loaded by path, as its card says, and scores the pairs.
-STANDALONE = """
-import importlib.util, json, sys
-
-tried = []
-
-
-class Refuse:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "prefpipe":
-            tried.append(name)
-            raise ModuleNotFoundError(name)
-        return None
-
-
-sys.meta_path.insert(0, Refuse())
-import torch
-
+STANDALONE = (
+    WITHOUT_PREFPIPE
+    + """
 folder, (prompts, a, b) = sys.argv[1], json.loads(sys.argv[2])
 spec = importlib.util.spec_from_file_location("reward_loader", folder + "/reward_loader.py")
 loader = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(loader)
 rm = loader.ExportedRewardModel.from_folder(folder)
-p = rm.preference_prob(prompts, a, b, 16, torch.Generator().manual_seed(5))
+p = rm.preference_prob(prompts, a, b)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "prefpipe")
 print("RESULT", json.dumps({"p": p.tolist(), "tried": tried, "loaded": loaded}))
 """
+)
 
 
 def test_the_export_folder_scores_where_prefpipe_cannot_be_imported(tmp_path):
@@ -141,8 +129,7 @@ def test_the_export_folder_scores_where_prefpipe_cannot_be_imported(tmp_path):
     prompts = [*PROMPTS[:3], conversation]
     a, b = RESPONSES[:4], RESPONSES[4:]
     ours = load_reward_model(tmp_path / "run" / "model", fast_paths=False)
-    want = ours.preference_prob(ours.encode(prompts, a, 4), ours.encode(prompts, b, 4), 16,
-                                torch.Generator().manual_seed(5))  # fmt: skip
+    want = ours.preference_prob(ours.encode(prompts, a, 4), ours.encode(prompts, b, 4))
     done = subprocess.run(
         [sys.executable, "-c", STANDALONE, str(tmp_path / "export"), json.dumps([prompts, a, b])],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=stage_env(),
@@ -157,7 +144,8 @@ def test_the_export_folder_scores_where_prefpipe_cannot_be_imported(tmp_path):
 @pytest.mark.parametrize("head", ["gpm", "bgpm", "bt-features"])
 def test_head_folder_matches_prefpipe(tmp_path, head):
     """GPM, Bayesian GPM and a BT head on embedding + likelihood features (no sequence-classification form):
-    the loader's encodings and P(a > b) equal prefpipe's to 1e-5; Monte Carlo draws from the same generator."""
+    the loader's encodings and P(a > b) equal prefpipe's evaluation's to 1e-5 (a Bayesian head's P integrated by
+    the same code, prefpipe.common.expected_sigmoid, shipped in the folder)."""
     base = save_tiny_tied_base(tmp_path / "base")
     rm, _ = build_reward(base, head.split("-")[0], backbone={"likelihood_features": True})
     run = reward_run(tmp_path, rm)
@@ -168,10 +156,9 @@ def test_head_folder_matches_prefpipe(tmp_path, head):
     half = len(PROMPTS) // 2
     a = ours.encode(PROMPTS[:half], RESPONSES[:half], 3)
     b = ours.encode(PROMPTS[:half], RESPONSES[half:], 3)
-    want = ours.preference_prob(a, b, 16, torch.Generator().manual_seed(5))
-    got = exported.preference_prob(
-        PROMPTS[:half], RESPONSES[:half], RESPONSES[half:], 16, torch.Generator().manual_seed(5)
-    )
+    score, variance = (x if x is None else x.double().numpy() for x in ours.compare(a, b))
+    want = torch.from_numpy(predictive(score, variance, ours.tau).prob)  # the evaluation's per-pair `prob`
+    got = exported.preference_prob(PROMPTS[:half], RESPONSES[:half], RESPONSES[half:])
     diff = (got - want).abs().max().item()
     enc = exported.encode(PROMPTS[:half], RESPONSES[:half])
     enc_diff = max((enc[k] - a[k]).abs().max().item() for k in a)

@@ -1,9 +1,8 @@
-"""Names kept in two places agree: every schema enum (or a free-string field's listed names) that a registry in
-the code also holds is the registry's set, so adding a loss, an engine, a head or a strategy to its registry
-and forgetting the schema (or the other way round) fails here, naming both.
-
-The registries are the one home of each name (the code dispatches on them); the schema repeats them so that a
-wrong name is refused with the list before any stage runs.
+"""Each name has one home. A name a user adds (a loss aggregation, a rollout engine, a reward head, a reward
+source) lives in its registry only: the schema takes a free string that lists no names, and the config checks
+(prefpipe.config_checks) refuse an unregistered one naming the key and the registered names, before any stage
+runs. The closed sets the schema does spell out as enums (estimators, modes, strategies) must equal their
+registry, so changing one side alone fails here, naming both.
 """
 
 from __future__ import annotations
@@ -14,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.settings import pipeline
 
 from prefpipe.active import kl_weight
 from prefpipe.active.select import ACQUISITIONS
+from prefpipe.common.config import ConfigError
 from prefpipe.grpo.algorithm.advantages import SCALE_MODES
 from prefpipe.grpo.algorithm.losses import AGGREGATORS
 from prefpipe.grpo.algorithm.reference import REFERENCE_MODES
@@ -33,20 +34,49 @@ NAME_LIST = re.compile(r"\b\w+(?:\s*[|,]\s*\w+)+")  # "bt | gpm | bgpm", "verifi
 
 # (schema file, property path below `properties`/`$defs` as dotted keys, registry)
 PAIRS = [
-    ("grpo.schema.yaml", "loss_type", AGGREGATORS),
-    ("grpo.schema.yaml", "engine", ENGINES),
     ("grpo.schema.yaml", "importance_correction", CORRECTIONS),
     ("grpo.schema.yaml", "kl_estimator", ESTIMATORS),
     ("grpo.schema.yaml", "scale_rewards", SCALE_MODES),
     ("grpo.schema.yaml", "mask_mode", MASK_MODES),
     ("grpo.schema.yaml", "reference_mode", REFERENCE_MODES),
-    ("grpo.schema.yaml", "reward_fn.type", REWARD_SOURCES),
-    ("reward.schema.yaml", "head.type", HEADS),
     ("reward.schema.yaml", "follow", FOLLOW_FORMS),
     ("reward.schema.yaml", "decorrelation", DECORRELATIONS),
     ("reward.schema.yaml", "length_scale", LENGTH_SCALES),
     ("active_learning.schema.yaml", "strategies", ACQUISITIONS),
     ("active_learning.schema.yaml", "kl_weight", kl_weight.MODES),
+]
+
+# Free strings a registry checks: (schema file, property path, registry, an overlay naming `{name}` there, the key
+# the config checks name).
+REGISTRY_CHECKED = [
+    (
+        "grpo.schema.yaml",
+        "loss_type",
+        AGGREGATORS,
+        {"grpo": {"runs": {"verifier": {"loss_type": "{name}"}}}},
+        "grpo.runs.verifier.loss_type",
+    ),
+    (
+        "grpo.schema.yaml",
+        "engine",
+        ENGINES,
+        {"grpo": {"runs": {"verifier": {"rollout": {"engine": "{name}"}}}}},
+        "grpo.runs.verifier.rollout.engine",
+    ),
+    (
+        "grpo.schema.yaml",
+        "reward_fn.type",
+        REWARD_SOURCES,
+        {"grpo": {"runs": {"verifier": {"rewards": [{"type": "{name}"}]}}}},
+        "grpo.runs.verifier.rewards[0].type",
+    ),
+    (
+        "reward.schema.yaml",
+        "head.type",
+        HEADS,
+        {"reward": {"variants": {"gpm": {"head": {"type": "{name}"}}}}},
+        "reward.variants.gpm.head.type",
+    ),
 ]
 
 
@@ -90,6 +120,33 @@ def test_schema_names_equal_the_registry(schema_file, dotted, registry):
         f"{schema_file} {dotted} allows {sorted(names)} but the registry holds {sorted(registry)}: "
         "add or remove the name in both"
     )
+
+
+def _named(overlay, name: str):
+    """The overlay with `{name}` replaced by `name` wherever it stands as a value."""
+    if isinstance(overlay, dict):
+        return {k: _named(v, name) for k, v in overlay.items()}
+    if isinstance(overlay, list):
+        return [_named(v, name) for v in overlay]
+    return name if overlay == "{name}" else overlay
+
+
+@pytest.mark.parametrize(
+    ("schema_file", "dotted", "registry", "overlay", "key"),
+    REGISTRY_CHECKED,
+    ids=[f"{f}:{d}" for f, d, *_ in REGISTRY_CHECKED],
+)
+def test_a_registry_name_is_a_free_string_the_config_checks_refuse(
+    schema_file, dotted, registry, overlay, key
+):
+    (field,) = find(schema_file, dotted)
+    assert field.get("type") == "string" and "enum" not in field, f"{schema_file} {dotted}: not a free string"
+    assert not schema_names(field), f"{schema_file} {dotted} lists names; the registry is their one home"
+    with pytest.raises(ConfigError) as refused:
+        pipeline(_named(overlay, "unregistered_name"))
+    message = str(refused.value)
+    assert message.startswith(key) and "'unregistered_name'" in message, message
+    assert all(name in message for name in registry), f"the error lists the registered names: {message}"
 
 
 def test_the_reader_takes_enums_items_and_description_lists():

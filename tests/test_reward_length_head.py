@@ -174,7 +174,7 @@ def _fit_and_measure(
     return fit["accuracy_end"], accuracy, abs(float(corr))
 
 
-# real_small's form: no 1/spread gradient (docs/CONFIGURATION.md); its weights, as the penalty has the rewards' scale
+# real_small's form: no 1/spread gradient (docs/reference/CONFIGURATION.md); its weights, as the penalty has the rewards' scale
 SCALE_AWARE = {"follow": "residual", "decorrelation": "covariance", "length_scale": "log"}
 SCALE_AWARE |= {
     "warmup_steps": 0,  # the fit runs at optimizer step 0, where a ramp would switch the terms off

@@ -1,7 +1,7 @@
-"""Every rule's entry module exists and the README's rule table names it.
+"""Every rule's entry module exists and the rule table of docs/reference/outputs.md names it.
 
 A rule runs `python -m prefpipe.<module>` (through common.smk's `stage_shell`, or spelled out). Most modules carry
-their rule's name; the README table is where the exceptions are read (train_reward_model runs
+their rule's name; the rule table is where the exceptions are read (train_reward_model runs
 prefpipe.train_reward, export_reward_model prefpipe.export_reward, the al_* rules prefpipe.active_*), so each
 rule's module must appear in the table row of that rule.
 """
@@ -32,14 +32,14 @@ def rule_modules() -> dict[str, str]:
 
 
 def readme_rows(text: str) -> dict[str, set[str]]:
-    """README table: rule (or rule pattern such as al_*) -> the prefpipe modules its row names."""
+    """The rule table: rule (or rule pattern such as al_*) -> the prefpipe modules its row names."""
     return {m.group(1): set(re.findall(r"`prefpipe\.(\w+)`", m.group(2))) for m in ROW.finditer(text)}
 
 
 def test_every_rule_module_exists_and_the_readme_names_it():
     rules = rule_modules()
     assert {"train_grpo", "train_reward_model", "al_score", "report"} <= set(rules)
-    rows = readme_rows((ROOT / "README.md").read_text())
+    rows = readme_rows((ROOT / "docs" / "reference" / "outputs.md").read_text())
     problems = []
     for rule, module in sorted(rules.items()):
         package = ROOT / "src" / "prefpipe" / module
@@ -47,7 +47,9 @@ def test_every_rule_module_exists_and_the_readme_names_it():
             problems.append(f"rule {rule} runs prefpipe.{module}, which does not exist")
         named = [mods for pattern, mods in rows.items() if fnmatch.fnmatchcase(rule, pattern)]
         if not any(module in mods for mods in named):
-            problems.append(f"README.md's rule table has no row for rule {rule} naming `prefpipe.{module}`")
+            problems.append(
+                f"docs/reference/outputs.md's rule table has no row for rule {rule} naming `prefpipe.{module}`"
+            )
     assert not problems, "\n".join(problems)
 
 

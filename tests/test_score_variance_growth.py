@@ -1,5 +1,5 @@
 """The Bayesian GPM's closed-form score variance (prefpipe.reward.scores.gpm_score_variance) against Monte Carlo
-from the same Gaussians, and why it grows with the margin (docs/UNCERTAINTY.md, issue 33)."""
+from the same Gaussians, and why it grows with the margin (docs/findings/UNCERTAINTY.md, issue 33)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_gate_scales_the_margin_by_lambda_and_the_variance_by_lambda_squared():
 def test_variance_is_bounded_below_by_the_squared_margin():
     """Var[s] >= m^2 * (min var_b / |mu_b|^2 + min var_a / |mu_a|^2): by Cauchy-Schwarz on m = (R^T mu_a) . mu_b,
     so wherever the head's variances are of one size the variance ranks pairs by |m|, the opposite of an
-    uncertainty (docs/UNCERTAINTY.md)."""
+    uncertainty (docs/findings/UNCERTAINTY.md)."""
     mean_a, var_a, mean_b, var_b, gate = _gaussians(2000, 6, seed=4)
     m = gpm_score(mean_a, mean_b, gate)
     bound = m.pow(2) * (
@@ -124,7 +124,7 @@ def test_the_loss_gives_a_confident_pair_the_most_variance():
 
 def test_kl_on_the_normalised_mean_only_acts_on_the_variances():
     """kl_mean normalized = variance_only + a constant when the head normalises: |mean|^2 = 1, so the KL gives
-    the mean no gradient and the log-variances the same one (docs/UNCERTAINTY.md, section 2d)."""
+    the mean no gradient and the log-variances the same one (docs/findings/UNCERTAINTY.md, section 2d)."""
     g = torch.Generator().manual_seed(5)
     raw = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
     logvar = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)

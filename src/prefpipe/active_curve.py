@@ -1,5 +1,5 @@
 """Stage of the al_curve rule: the accuracy-vs-labels curve per acquisition strategy and the labels each needs to
-reach random selection's final accuracy, mean +- sd over seeds (docs/ACTIVE_LEARNING.md).
+reach random selection's final accuracy, mean +- sd over seeds (docs/findings/ACTIVE_LEARNING.md).
 
     python -m prefpipe.active_curve --config '<json>' --root results/active_learning --out results/active_learning
 Writes <out>/summary.json (prefpipe.active.curve) with its run record.

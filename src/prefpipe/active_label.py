@@ -1,4 +1,4 @@
-"""Stage of the al_initial and al_select rules: write one round's labelled set (docs/ACTIVE_LEARNING.md).
+"""Stage of the al_initial and al_select rules: write one round's labelled set (docs/findings/ACTIVE_LEARNING.md).
 
     python -m prefpipe.active_label --config '<json>' --data results/data --strategy bgpm --al-seed 0 --round 2 \\
         --previous results/active_learning/bgpm/seed0/round1 --out results/active_learning/bgpm/seed0/round2/data

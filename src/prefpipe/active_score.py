@@ -1,4 +1,4 @@
-"""Stage of the al_score rule: score one round's model on its pool and on the test pairs (docs/ACTIVE_LEARNING.md).
+"""Stage of the al_score rule: score one round's model on its pool and on the test pairs (docs/findings/ACTIVE_LEARNING.md).
 
     python -m prefpipe.active_score --config '<json>' --model <round>/reward/<variant>/model --data results/data \\
         --labelled <round>/data --pool 1 --out <round>/scores/<variant>

@@ -11,6 +11,7 @@ prefpipe.export_reward), with that module's own arguments; nothing here decides 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from prefpipe.common.config import ConfigError, UserError, load_config_arg
 from prefpipe.common.io import read_json
 from prefpipe.common.results.folder_kind import require_results
-from prefpipe.common.results.outputs import command_output
+from prefpipe.common.results.outputs import command_output, path_argument
 from prefpipe.report.inputs import Manifest, compare_roots
 
 REPORT_DIR = "report"  # the workflow's report folder under a results folder
@@ -34,14 +35,14 @@ else every reward variant and GRPO run with a summary.json under RESULTS."""
 
 def compare_pair(text: str) -> tuple[str, str]:
     name, sep, folder = text.partition("=")
-    if not sep or not name or not folder:
+    if not sep or not name.strip() or not folder.strip():
         raise argparse.ArgumentTypeError(f"--compare {text!r}: expected NAME=DIR (e.g. seed7=results_seed7)")
     return name, folder
 
 
 def add_report(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("report", help="build the comparison report", description=REPORT_HELP)
-    p.add_argument("results", type=Path, help="a finished results folder (e.g. results)")
+    p.add_argument("results", type=path_argument, help="a finished results folder (e.g. results)")
     p.add_argument(
         "--compare",
         type=compare_pair,
@@ -51,7 +52,7 @@ def add_report(commands: argparse._SubParsersAction) -> None:
         help="another results folder to compare with, shown as NAME (repeat for more)",
     )
     p.add_argument(
-        "--out", type=Path, default=Path(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})"
+        "--out", type=path_argument, default=Path(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})"
     )
     p.add_argument(
         "--config", help="report settings (JSON or YAML file, or inline JSON) instead of the recorded ones"
@@ -161,12 +162,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# What a path the user gave can make the system answer (a name too long, a link loop, a file where a folder
+# belongs, no permission): one line naming the path, exit 2, whichever command met it. Other OSErrors propagate.
+PATH_ERRNOS = frozenset(
+    {errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EACCES, errno.EPERM}
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in DELEGATES:
-        return run_delegate(argv[0], argv[1:])
-    args = parser().parse_args(argv)
-    return args.run(args)
+    try:
+        if argv and argv[0] in DELEGATES:
+            return run_delegate(argv[0], argv[1:])
+        args = parser().parse_args(argv)
+        return args.run(args)
+    except OSError as err:
+        if err.errno not in PATH_ERRNOS:
+            raise
+        print(f"prefpipe {argv[0]}: {err.filename}: {err.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

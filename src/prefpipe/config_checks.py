@@ -1,8 +1,10 @@
 """Config checks that need a registry owned above the settings layer, run once on the whole experiment.
 
-The settings layer (prefpipe.settings) checks what the config alone can say. Five facts belong to higher
-layers: the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world), the
-reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads.registry), the verifiers
+The settings layer (prefpipe.settings) checks what the config alone can say. These facts belong to higher
+layers: the loss aggregations, rollout engines and reward sources a GRPO run may name
+(prefpipe.grpo.algorithm.losses, prefpipe.grpo.rollout.engines, prefpipe.grpo.rewards; the schema takes any
+string there), the subsets the synthetic world's uncertainty switches may name (prefpipe.data.synthetic_world),
+the reward heads a `head.type` may name and what each accepts (prefpipe.reward.heads.registry), the verifiers
 `data.prompts.verifier` may name (prefpipe.data.verifier), which GRPO rewards read prompt answers
 (prefpipe.grpo.rewards) and which strategies active learning may name and the heads each reads
 (prefpipe.active.select). This top-layer module asks each owner and names the config key. The workflow builds
@@ -17,10 +19,13 @@ from typing import Any
 
 from prefpipe.active.select import check_strategies
 from prefpipe.common.config import ConfigError
+from prefpipe.common.registry import require_registered
 from prefpipe.data.synthetic_noise import check_switches
 from prefpipe.data.synthetic_world import SUBSETS
 from prefpipe.data.verifier import check_verifier
-from prefpipe.grpo.rewards import answer_reward_keys
+from prefpipe.grpo.algorithm.losses import AGGREGATORS
+from prefpipe.grpo.rewards import REWARD_SOURCES, answer_reward_keys
+from prefpipe.grpo.rollout.engines import ENGINES
 from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
 from prefpipe.settings.dependencies import check_dependencies
@@ -53,12 +58,22 @@ def check_registered(settings: PipelineSettings) -> PipelineSettings:
     if settings.data.prompts.verifier == NO_VERIFIER:
         _check_prompt_answers(settings)
     for name, run in settings.grpo.items():
+        _check_grpo_names(name, run)
         _check_reward_heads(settings, name, run)
     if settings.active_learning is not None:
         check_strategies(
             settings.active_learning, lambda v: get_head_class(settings.reward[v].head.type).bayesian
         )
     return settings
+
+
+def _check_grpo_names(name: str, run: GrpoSettings) -> None:
+    """The names a GRPO run gives that only a registry knows: its loss aggregation, engine, reward sources."""
+    key = f"grpo.runs.{name}"
+    require_registered(AGGREGATORS, run.loss_type, f"{key}.loss_type", "loss aggregation")
+    require_registered(ENGINES, run.rollout.engine, f"{key}.rollout.engine", "rollout engine")
+    for pos, spec in enumerate(run.rewards):
+        require_registered(REWARD_SOURCES, spec["type"], f"{key}.rewards[{pos}].type", "reward source")
 
 
 def _check_reward_heads(settings: PipelineSettings, name: str, run: GrpoSettings) -> None:

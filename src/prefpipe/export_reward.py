@@ -15,6 +15,7 @@ import argparse
 import logging
 import sys
 
+from prefpipe.common.results.outputs import path_text
 from prefpipe.export.run import FORMS, export_reward
 
 DESCRIPTION = (
@@ -27,9 +28,10 @@ DESCRIPTION = (
 def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentParser:
     """The export's arguments (also `prefpipe export`'s, prefpipe.cli)."""
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
-    p.add_argument("run_dir", help="the reward run's folder (holds model/)")
+    p.add_argument("run_dir", type=path_text, help="the reward run's folder (holds model/)")
     p.add_argument(
         "out_dir",
+        type=path_text,
         help="the export folder to write: a new folder, or one this export wrote before from the same run "
         "(never the run, a stage folder of a results tree or a folder holding other files)",
     )
@@ -37,7 +39,10 @@ def parser(prog: str = "python -m prefpipe.export_reward") -> argparse.ArgumentP
         "--format", default="auto", choices=FORMS, help="auto: sequence-classification where faithful"
     )
     p.add_argument(
-        "--eval-summary", default=None, help="the run's evaluation summary.json (scores in the card)"
+        "--eval-summary",
+        default=None,
+        type=path_text,
+        help="the run's evaluation summary.json (scores in the card)",
     )
     return p
 

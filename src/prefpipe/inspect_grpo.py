@@ -25,7 +25,7 @@ from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text, read_json
 from prefpipe.common.logs import setup_logging
 from prefpipe.common.results.folder_kind import require_stage
-from prefpipe.common.results.outputs import check_output, command_output
+from prefpipe.common.results.outputs import check_output, command_output, path_argument, path_text
 from prefpipe.grpo.algorithm.reference import ReferencePolicy, build_reference, frozen_copy
 from prefpipe.grpo.inspector import save as inspect_step_save
 from prefpipe.grpo.inspector.table import StepTable, attach_groups, step_table
@@ -150,26 +150,31 @@ def write(table: StepTable, settings: GrpoSettings, trainer_loss, source: str, o
 def parser(prog: str = "python -m prefpipe.inspect_grpo") -> argparse.ArgumentParser:
     """The inspector's arguments (also `prefpipe inspect`'s, prefpipe.cli)."""
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
-    p.add_argument("run_dir", type=Path, help="a train_grpo output folder (results/grpo/<run>)")
+    p.add_argument("run_dir", type=path_argument, help="a train_grpo output folder (results/grpo/<run>)")
     p.add_argument(
         "--step", type=int, required=True, help="the step (a saved one: listed in grpo.inspect_steps)"
     )
     p.add_argument("--fresh", action="store_true", help="sample a new batch instead of reading a saved one")
     p.add_argument(
-        "--policy", help="saved: the starting policy folder; --fresh: the policy (default RUN_DIR/policy)"
+        "--policy",
+        type=path_text,
+        help="saved: the starting policy folder; --fresh: the policy (default RUN_DIR/policy)",
     )
-    p.add_argument("--reference", help="--fresh: the reference policy folder (needed when beta > 0)")
-    p.add_argument("--data", help="--fresh: folder with rl_prompts_train.jsonl")
+    p.add_argument(
+        "--reference", type=path_text, help="--fresh: the reference policy folder (needed when beta > 0)"
+    )
+    p.add_argument("--data", type=path_text, help="--fresh: folder with rl_prompts_train.jsonl")
     p.add_argument(
         "--reward-model",
         dest="reward_model",
         nargs="+",
+        type=path_text,
         help="--fresh: reward model folder (several: a deep ensemble's members)",
     )
     p.add_argument("--completions", type=int, help="token tables for the first K completions only")
     p.add_argument(
         "--out",
-        type=Path,
+        type=path_argument,
         help=f"output folder, new or this command's own (default {DEFAULT_OUT}/<run>-step-N or <run>-fresh-N)",
     )
     return p

@@ -9,42 +9,17 @@ folder, and the sha256 of every file under the scratch folder is unchanged. Then
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-from support.export_runs import reward_run
-from support.faults import changed, tree_hashes
-from support.models import build_reward, save_tiny_base
-from support.results_tree import manifest, write_results_tree
-from support.settings import report_settings, stage_json
-from support.stages import run_main
+from support.faults import changed, command_scratch, tree_hashes
 
 from prefpipe.cli import main as prefpipe
 from prefpipe.common.results.outputs import MARKER
-from prefpipe.report.__main__ import main as report_stage
 
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
-    """results/ (a synthetic results tree with a real tiny BT reward run at reward/bt and the workflow's report
-    recorded), other/ (another experiment's results tree) and notes/ (a folder of someone's files)."""
-    root = tmp_path_factory.mktemp("scratch")
-    results = root / "results"
-    write_results_tree(results, reward_steps=3, grpo_steps=3)
-    write_results_tree(root / "other", experiment="other", reward_steps=3, grpo_steps=3)
-    rm, _ = build_reward(save_tiny_base(root / "tinybase"), "bt")
-    staged = reward_run(root / "staging", rm, "bt")
-    shutil.move(str(staged / "model"), str(results / "reward" / "bt" / "model"))
-    shutil.rmtree(root / "staging")
-    config = report_settings({"figure_dpi": 40}, experiment="synthetic-default", seed=0)
-    code, _ = run_main(
-        report_stage, stage_json(config), results=str(results), inputs=manifest().to_json(),
-        out=str(results / "report"),
-    )  # fmt: skip
-    assert code == 0
-    (root / "notes").mkdir()
-    (root / "notes" / "thesis.txt").write_text("chapter 1\n")
-    return root
+    return command_scratch(tmp_path_factory.mktemp("scratch"))
 
 
 def _argv(root, command):

@@ -36,6 +36,27 @@ def reward_run(tmp_path: Path, rm, name: str = "run") -> Path:
     return run
 
 
+# The start of a script for a user's interpreter without prefpipe: an import hook refuses every prefpipe module and
+# records the attempt in `tried`; what follows loads an export folder's shipped modules by path, as its card says.
+WITHOUT_PREFPIPE = """
+import importlib.util, json, sys
+
+tried = []
+
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "prefpipe":
+            tried.append(name)
+            raise ModuleNotFoundError(name)
+        return None
+
+
+sys.meta_path.insert(0, Refuse())
+import torch
+"""
+
+
 def folder_module(folder: Path, file: str) -> ModuleType:
     """A module shipped in an export folder (reward_loader.py, prefpipe_chat.py), loaded by path as a user
     without prefpipe would."""

@@ -55,3 +55,34 @@ def files_containing(root: Path, text: str) -> list[str]:
     """Files under root whose bytes contain `text`."""
     needle = text.encode()
     return sorted(str(p) for p in Path(root).rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+def command_scratch(root: Path) -> Path:
+    """What the `prefpipe` command tests point the commands at, under root: results/ (a synthetic results tree
+    with a real tiny BT reward run at reward/bt and the workflow's report recorded), other/ (another
+    experiment's results tree) and notes/ (a folder of someone's files). Returns root."""
+    import shutil
+
+    from prefpipe.report.__main__ import main as report_stage
+    from support.export_runs import reward_run
+    from support.models import build_reward, save_tiny_base
+    from support.results_tree import manifest, write_results_tree
+    from support.settings import report_settings, stage_json
+    from support.stages import run_main
+
+    results = root / "results"
+    write_results_tree(results, reward_steps=3, grpo_steps=3)
+    write_results_tree(root / "other", experiment="other", reward_steps=3, grpo_steps=3)
+    rm, _ = build_reward(save_tiny_base(root / "tinybase"), "bt")
+    staged = reward_run(root / "staging", rm, "bt")
+    shutil.move(str(staged / "model"), str(results / "reward" / "bt" / "model"))
+    shutil.rmtree(root / "staging")
+    config = report_settings({"figure_dpi": 40}, experiment="synthetic-default", seed=0)
+    code, _ = run_main(
+        report_stage, stage_json(config), results=str(results), inputs=manifest().to_json(),
+        out=str(results / "report"),
+    )  # fmt: skip
+    assert code == 0
+    (root / "notes").mkdir()
+    (root / "notes" / "thesis.txt").write_text("chapter 1\n")
+    return root

@@ -1,4 +1,4 @@
-# Active learning (docs/ACTIVE_LEARNING.md; config `active_learning`, layout prefpipe.active.layout): per strategy and
+# Active learning (docs/findings/ACTIVE_LEARNING.md; config `active_learning`, layout prefpipe.active.layout): per strategy and
 # seed, rounds of train -> score the pool -> add the most uncertain pairs -> retrain, then the curves.
 wildcard_constraints:
     arm=name_pattern(

@@ -1,5 +1,5 @@
 """The accuracy-vs-labels curve of each strategy and the labels each needs to reach random selection's final
-accuracy (docs/ACTIVE_LEARNING.md), from the learner's test scores of every round (prefpipe.active.pool_scores).
+accuracy (docs/findings/ACTIVE_LEARNING.md), from the learner's test scores of every round (prefpipe.active.pool_scores).
 
 Labels needed: on one seed's curve (labels_r, accuracy_r), the first round r whose accuracy reaches the target
 (random selection's accuracy after its last round, same seed), linearly interpolated between round r - 1 and r:

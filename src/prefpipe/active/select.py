@@ -5,13 +5,13 @@ Every strategy takes k pairs from the pool (the training pairs not yet labelled)
 - random: the first k of a permutation of the pool (sorted by id) drawn from numpy's generator seeded with
   (seed, round), so a seed gives the same draw on every machine.
 - bgpm: the k pairs of largest posterior mutual information (BALD) of the learner, a Bayesian GPM:
-  H(E[sigmoid(s/tau)]) - E[H(sigmoid(s/tau))] for s ~ N(m, v), the epistemic part docs/UNCERTAINTY.md names as
+  H(E[sigmoid(s/tau)]) - E[H(sigmoid(s/tau))] for s ~ N(m, v), the epistemic part docs/findings/UNCERTAINTY.md names as
   the quantity for active learning (prefpipe.evaluation.uncertainty.gaussian_preference).
 - ensemble: the k pairs where the ensemble's members disagree most, the sd of their scores (eval_ensemble's
   `score_sd`, prefpipe.evaluation.uncertainty.ensemble_preference).
 - ensemble_bald: the k pairs of largest mutual information over the members (BALD with the members as the
   posterior samples): H(mean_m p_m) - mean_m H(p_m), p_m = sigmoid(s_m / tau_m) with each member's own tau.
-  It ranks the eval's errors where the raw sd does not (docs/ACTIVE_LEARNING.md).
+  It ranks the eval's errors where the raw sd does not (docs/findings/ACTIVE_LEARNING.md).
 Ties in the uncertainty go to the smaller id, so the selection is a function of the scores alone.
 """
 

@@ -1,4 +1,4 @@
-"""Opt-in switches that give a posterior something to find in the synthetic world (docs/UNCERTAINTY.md); both off by default,
+"""Opt-in switches that give a posterior something to find in the synthetic world (docs/findings/UNCERTAINTY.md); both off by default,
 and then nothing here runs and the world's bytes are those of a world without them.
 
 - Annotator disagreement (`data.synthetic.label_noise: {subset: rate}`): in each listed subset an exact share

@@ -10,7 +10,7 @@ The benchmark's label is always "chosen wins", so calibration uses the top-label
 max(p, 1 - p) against whether the decision (s > 0) was right; Brier = mean (1 - p)^2, NLL = mean -log p.
 Selective accuracy abstains first on the largest predictive entropy H(P) (for point heads the same ranking as
 the smallest |P - 0.5|). For Bayesian heads the rankings by the point margin |m|, by the posterior's flip
-probability Phi(-|m| / sd) and by the raw variance are kept beside it; docs/UNCERTAINTY.md says why neither
+probability Phi(-|m| / sd) and by the raw variance are kept beside it; docs/findings/UNCERTAINTY.md says why neither
 of the last two is an uncertainty about the preference (the variance of a bilinear score grows with |m|).
 """
 
@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from prefpipe.common.expected_sigmoid import sigmoid  # the evaluation's sigmoid: one definition
 
 PROBIT_METHOD = "probit approximation: E[sigmoid(s/tau)], s ~ N(m, v) ~= sigmoid(m / sqrt(tau^2 + pi*v/8))"
 PREDICTIVE_METHOD = "predictive E[sigmoid(s/tau)], s ~ N(m, v), by numerical integration"
@@ -48,11 +50,6 @@ def _checked_variance(variance: np.ndarray) -> np.ndarray:
     if np.any(variance < 0):
         raise ValueError("score variance must be non-negative")
     return variance
-
-
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    return np.exp(-np.logaddexp(0.0, -z))
 
 
 def mc_expected_sigmoid(

@@ -1,6 +1,6 @@
 """What the eval_ensemble stage does (entry: prefpipe.eval_ensemble): score a deep ensemble of reward variants
 (K point heads trained alike from different seeds, `eval.ensembles`), the field's reference for reward-model
-uncertainty (docs/UNCERTAINTY.md).
+uncertainty (docs/findings/UNCERTAINTY.md).
 
 The ensemble's decision is its members' mean score > 0; its uncertainties are the members' disagreement: the sd
 of their scores, and the predictive entropy of the members taken as posterior samples with its two parts, the

@@ -1,5 +1,5 @@
 """A head's predictive P(chosen > rejected) per pair, with its logit and entropy, and for a Bayesian head the
-mutual information and the rest of its posterior measures (docs/UNCERTAINTY.md section 3).
+mutual information and the rest of its posterior measures (docs/findings/UNCERTAINTY.md section 3).
 
 Point heads: P = sigmoid(s / tau). Bayesian heads: P = E[sigmoid(s / tau)] for s ~ N(m, v), integrated
 numerically (prefpipe.evaluation.uncertainty.gaussian_preference) rather than by the probit approximation,

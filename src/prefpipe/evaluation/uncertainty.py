@@ -1,10 +1,10 @@
-"""How informative a head's uncertainty is, measured as the field measures it (docs/UNCERTAINTY.md).
+"""How informative a head's uncertainty is, measured as the field measures it (docs/findings/UNCERTAINTY.md).
 
 - What a Bayesian head says about a *preference*, from its score posterior s ~ N(m, v) (the closed-form variance)
   or from posterior samples of s: the probability that the decision flips, Phi(-|m| / sd); the predictive
   P(a > b) = E[sigmoid(s / tau)] and its binary entropy (total uncertainty; for two outcomes it ranks pairs exactly
   like -|P - 0.5|); the expected entropy E[H(sigmoid(s / tau))] (the likelihood's own noise) and their difference,
-  the mutual information between the label and the posterior (BALD, the epistemic part). docs/UNCERTAINTY.md
+  the mutual information between the label and the posterior (BALD, the epistemic part). docs/findings/UNCERTAINTY.md
   says why the raw variance is none of these.
 - AUROC of an uncertainty for a binary target (the head's own errors, high-disagreement pairs, unfamiliar pairs),
   with a bootstrap interval stratified by the target (every resample keeps both classes' counts).
@@ -16,26 +16,15 @@ Bootstraps reuse the evaluation's stratified draw (prefpipe.evaluation.paired_bo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
+from prefpipe.common.expected_sigmoid import entropy_of_logit, expected_sigmoid, normal_cdf
 from prefpipe.common.stats import percentile_interval
 from prefpipe.evaluation.calibration import binary_entropy, expected_calibration_error, sigmoid
 from prefpipe.evaluation.paired_bootstrap import draw
-
-# E[f(X)], X ~ N(mu, s^2) on the logit scale (mu = m / tau, s = sd / tau), f = sigmoid or H(sigmoid): Gauss-Hermite
-# when the Gaussian is at most as wide as f's features (s <= 1); wider, the nodes step over the sigmoid's rise
-# (at s = 185 every symmetric node pair averages to exactly 0.5), so the wide regime integrates on a fine grid of
-# the logit, where the density is the smooth factor (tests check both against Monte Carlo). Both integrate the
-# smaller side of P, E[sigmoid(-|X|)] for mean |mu| (X -> -X), so that a saturated pair's 1 - P ~ 1e-6 keeps its
-# relative precision, which its entropies need (1 - P from a sum near 1 keeps a few digits).
-_HERMITE_NODES = 96
-_ENTROPY_GRID = np.linspace(-60.0, 60.0, 12001)  # H(sigmoid(x)) < 1e-24 beyond |x| = 60
-_CHUNK = 128
 
 
 def _vector(x: Any, name: str) -> np.ndarray:
@@ -45,17 +34,6 @@ def _vector(x: Any, name: str) -> np.ndarray:
     return out
 
 
-def _entropy_of_logit(z: np.ndarray) -> np.ndarray:
-    """H(sigmoid(z)) computed from the logit, finite for saturated z."""
-    p = sigmoid(z)
-    return np.logaddexp(0.0, -np.abs(z)) + np.abs(z) * np.minimum(p, 1.0 - p)
-
-
-def _phi(x: np.ndarray) -> np.ndarray:
-    """Standard normal CDF (torch's ndtr: accurate in the tails, no scipy)."""
-    return torch.special.ndtr(torch.as_tensor(x, dtype=torch.float64)).numpy()
-
-
 def flip_probability(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
     """P(sign s != sign m) for s ~ N(m, v): Phi(-|m| / sd); 0.5 at m = 0, 0 when v = 0 and m != 0."""
     m, v = _vector(score, "score"), _vector(variance, "variance")
@@ -63,47 +41,16 @@ def flip_probability(score: np.ndarray, variance: np.ndarray) -> np.ndarray:
         raise ValueError("variance: negative values")
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(v > 0, np.abs(m) / np.sqrt(v), np.where(m != 0, np.inf, 0.0))
-    return _phi(-z)
-
-
-def _narrow(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(E[sigmoid(-|X|)] for mean |mu|, the smaller side of P; E[H(sigmoid(X))]) by Gauss-Hermite."""
-    x, w = np.polynomial.hermite.hermgauss(_HERMITE_NODES)
-    logits = np.abs(mu)[:, None] + math.sqrt(2.0) * s[:, None] * x[None, :]
-    weights = w / math.sqrt(math.pi)
-    return sigmoid(-logits) @ weights, _entropy_of_logit(logits) @ weights
-
-
-def _wide(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """_narrow's two integrals by the trapezoid rule on the logit grid, where the Gaussian density (s > 1) is
-    the smooth factor. Beyond the grid sigmoid(-x) is 1 (x < -60) or below 1e-26 (x > 60)."""
-    x, a = _ENTROPY_GRID, np.abs(mu)
-    density = np.exp(-0.5 * ((x[None, :] - a[:, None]) / s[:, None]) ** 2) / (
-        s[:, None] * math.sqrt(2 * math.pi)
-    )
-
-    def trapezoid(f: np.ndarray) -> np.ndarray:  # numpy 1.26 has no np.trapezoid
-        return (f[:, 1:] + f[:, :-1]).sum(axis=1) * (x[1] - x[0]) / 2.0
-
-    smaller = trapezoid(density * sigmoid(-x)[None, :]) + _phi((x[0] - a) / s)
-    expected = trapezoid(density * _entropy_of_logit(x)[None, :])
-    return smaller, expected
+    return normal_cdf(-z)
 
 
 def gaussian_preference(score: np.ndarray, variance: np.ndarray, tau: float) -> dict[str, np.ndarray]:
     """Predictive P(a > b) = E[sigmoid(s / tau)], its entropy, the expected entropy and the mutual information
-    for s ~ N(m, v) (numerical integration, see _HERMITE_NODES), plus the flip probability."""
+    for s ~ N(m, v) (numerical integration: prefpipe.common.expected_sigmoid), plus the flip probability."""
     m, v = _vector(score, "score"), _vector(variance, "variance")
     if np.any(v < 0):
         raise ValueError("variance: negative values")
-    mu, s = m / tau, np.sqrt(v) / tau
-    smaller, expected = np.empty_like(mu), np.empty_like(mu)
-    for start in range(0, len(mu), _CHUNK):
-        rows = np.arange(start, min(start + _CHUNK, len(mu)))
-        for chosen, integrate in ((rows[s[rows] <= 1.0], _narrow), (rows[s[rows] > 1.0], _wide)):
-            if len(chosen):
-                smaller[chosen], expected[chosen] = integrate(mu[chosen], s[chosen])
-    prob = np.where(mu < 0, smaller, 1.0 - smaller)  # X -> -X: E[sigmoid(X)] = 1 - E[sigmoid(-X)]
+    prob, smaller, expected = expected_sigmoid(m / tau, np.sqrt(v) / tau)
     return _measures(prob, smaller, expected, flip_probability(m, v))
 
 
@@ -117,7 +64,7 @@ def sample_preference(sample_scores: np.ndarray, score: np.ndarray, tau: float) 
     flip = np.where(m == 0, 0.5, (np.sign(s) != np.sign(m)[:, None]).mean(axis=1))
     prob = sigmoid(s / tau).mean(axis=1)
     smaller = np.minimum(prob, sigmoid(-s / tau).mean(axis=1))  # 1 - prob, summed without cancellation
-    return _measures(prob, smaller, _entropy_of_logit(s / tau).mean(axis=1), flip)
+    return _measures(prob, smaller, entropy_of_logit(s / tau).mean(axis=1), flip)
 
 
 def ensemble_preference(member_scores: np.ndarray, tau: float) -> dict[str, np.ndarray]:

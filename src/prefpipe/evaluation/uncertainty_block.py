@@ -1,4 +1,4 @@
-"""The `uncertainty` block of an evaluation summary (docs/UNCERTAINTY.md): how well each of a head's candidate
+"""The `uncertainty` block of an evaluation summary (docs/findings/UNCERTAINTY.md): how well each of a head's candidate
 uncertainties flags its own errors, high-disagreement pairs (among all pairs, and among familiar pairs only) and
 unfamiliar pairs (AUROC with a bootstrap interval stratified by the target), and its abstention curve's area (AURC)
 against the point margin's.
@@ -36,7 +36,7 @@ def candidates(
     predictive entropy's ranking too); for a Bayesian head also the predictive entropy of s ~ N(m, v) and its two
     parts, the expected entropy (aleatoric, the part for annotator disagreement) and the mutual information
     (epistemic, for unfamiliar pairs) (`posterior`: uncertainty.gaussian_preference of its scores), and the flip
-    probability and raw variance, kept to show what docs/UNCERTAINTY.md says not to read."""
+    probability and raw variance, kept to show what docs/findings/UNCERTAINTY.md says not to read."""
     out = {MARGIN: -np.abs(np.asarray(score, dtype=np.float64))}
     if variance is None:
         return out

@@ -1,4 +1,4 @@
-"""Uncertainty table of finished evaluations (docs/UNCERTAINTY.md): what each head's candidate uncertainties say about its
+"""Uncertainty table of finished evaluations (docs/findings/UNCERTAINTY.md): what each head's candidate uncertainties say about its
 errors, about high-disagreement pairs (all, and familiar ones only) and about unfamiliar pairs, read from results/eval/<variant>/ and the
 data stage's pairs_test.jsonl (the uncertainty world's `flip_rate` and `unfamiliar` fields, when present).
 

@@ -32,7 +32,11 @@ reward = logit + model.config.prefpipe_reward_offset  # prefpipe's r(x, y); pref
 ```
 `format_pair` renders {render}. For a plain prompt string it is the same as, without `prefpipe_chat.py`,
 `text = {prompt_text} + response + model.config.prefpipe_reply_end` (the reply ends as the template ends an
-assistant turn). Pad on the right (the saved tokenizer does): the class reads the last token that is not padding."""
+assistant turn). Pad on the right (the saved tokenizer does): the class reads the last token that is not padding.
+It reads a row whole: prefpipe cuts a row longer than `model.config.prefpipe_max_length` tokens (prompt tokens
+from the left first, then the response's end), so the class's score of such a row is not prefpipe's; score rows
+that long with the head-folder form (`prefpipe export RUN OUT --format head-folder`), whose loader cuts them as
+prefpipe does."""
 
 LOADER_USAGE = """```python
 import importlib.util

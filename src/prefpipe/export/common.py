@@ -1,6 +1,6 @@
 """What both export forms need from a loaded reward model: its backbone as one plain transformers model (a
 LoRA adapter merged into its base), its tokenizer padding on the right, as prefpipe scores, and prefpipe's text
-renderer shipped beside them."""
+renderer (and, for a Bayesian head, the evaluation's integration of P(a > b)) shipped beside them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from torch import nn
 
-from prefpipe.common import chat
-from prefpipe.export.reward_loader import CHAT_FILE
+from prefpipe.common import chat, expected_sigmoid
+from prefpipe.export.reward_loader import CHAT_FILE, EXPECTED_SIGMOID_FILE
 from prefpipe.reward.model import RewardModel
 
 
@@ -36,3 +36,10 @@ def ship_chat_module(folder: Path) -> str:
     re-implementation that could drift. Returns the file's name."""
     shutil.copyfile(chat.__file__, folder / CHAT_FILE)
     return CHAT_FILE
+
+
+def ship_expected_sigmoid(folder: Path) -> str:
+    """Copy prefpipe.common.expected_sigmoid (numpy and torch only) into `folder`: the loader integrates a Bayesian
+    head's P(a > b) with the code the evaluation's per-pair probabilities come from. Returns the file's name."""
+    shutil.copyfile(expected_sigmoid.__file__, folder / EXPECTED_SIGMOID_FILE)
+    return EXPECTED_SIGMOID_FILE

@@ -1,7 +1,9 @@
 """Any reward model as a folder that torch + transformers load without prefpipe: the backbone (LoRA merged) and
 tokenizer as transformers saves them, the head's weights and settings, the frozen likelihood model when the
 head reads it, `reward_loader.py` (prefpipe.export.reward_loader, copied) that scores with them and
-`prefpipe_chat.py` (prefpipe.common.chat, copied) that renders its conversations."""
+`prefpipe_chat.py` (prefpipe.common.chat, copied) that renders its conversations; a Bayesian head also gets
+`prefpipe_expected_sigmoid.py` (prefpipe.common.expected_sigmoid, copied), the evaluation's integration of its
+P(a > b)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from safetensors.torch import save_file
 from prefpipe.common.chat import reply_end
 from prefpipe.common.io import atomic_write_json
 from prefpipe.export import reward_loader
-from prefpipe.export.common import export_tokenizer, plain_backbone, ship_chat_module
+from prefpipe.export.common import (
+    export_tokenizer,
+    plain_backbone,
+    ship_chat_module,
+    ship_expected_sigmoid,
+)
 from prefpipe.reward import likelihood
 from prefpipe.reward.model import RewardModel
 
@@ -33,7 +40,6 @@ def head_settings(rm: RewardModel) -> dict[str, Any]:
         "normalize": head.normalize,
         "prompt_size": spec.hidden_size,
         "logvar_clamp": list(bayes.logvar_clamp) if bayes else None,
-        "mc_samples": bayes.mc_samples if bayes else None,
         "backbone_kind": spec.backbone_kind,
         "pooling": spec.pooling,
         "max_length": spec.max_length,
@@ -57,5 +63,7 @@ def write_head_folder(rm: RewardModel, folder: Path) -> dict[str, Any]:
     if rm.likelihood_model is not None:
         rm.likelihood_model.save_pretrained(folder / likelihood.FOLDER)
     shutil.copyfile(reward_loader.__file__, folder / LOADER_FILE)
-    chat_file = ship_chat_module(folder)
-    return {"format": "head-folder", "loader": LOADER_FILE, "chat": chat_file, "head_type": rm.head_type}
+    info = {"format": "head-folder", "loader": LOADER_FILE, "chat": ship_chat_module(folder)}
+    if rm.bayesian:
+        info["expected_sigmoid"] = ship_expected_sigmoid(folder)
+    return info | {"head_type": rm.head_type}

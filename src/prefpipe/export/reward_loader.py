@@ -2,7 +2,8 @@
 transformers only.
 
 This file is copied into every exported head folder as `reward_loader.py`, next to `prefpipe_chat.py` (prefpipe's
-own text renderer, prefpipe.common.chat, copied verbatim); neither imports prefpipe, so the folder works
+own text renderer, prefpipe.common.chat, copied verbatim) and `prefpipe_expected_sigmoid.py` (the evaluation's
+integration of a Bayesian head's P(a > b), prefpipe.common.expected_sigmoid); none imports prefpipe, so the folder works
 wherever torch and transformers are installed:
 
     import importlib.util, torch
@@ -39,8 +40,9 @@ What it reproduces (to float rounding) is prefpipe's scoring of one (conversatio
    - gpm:  v = W h (unit-normalised when `normalize`), gate lambda(x) = k softmax(G h_x / sqrt(H));
            s(a > b) = sum_l lambda_l (a_2l b_2l+1 - a_2l+1 b_2l), lambda the mean of both rows' gates
    - bgpm: [m ; log var] = W h, log var (+ bias) clamped, mean = m unit-normalised when `normalize`;
-           s uses the means, Var[s] its closed form; P(a > b) = E[sigmoid(s(a~, b~) / tau)] by Monte Carlo
-           over a~ ~ N(mean_a, var_a), b~ ~ N(mean_b, var_b) (renormalised when `normalize`).
+           s uses the means, Var[s] its closed form; P(a > b) = E[sigmoid(s / tau)] for s ~ N(s, Var[s]),
+           integrated numerically by `prefpipe_expected_sigmoid.py` (prefpipe.common.expected_sigmoid, copied):
+           the probability prefpipe's evaluation reports for the pair (its per_example `prob`).
    P(a > b) = sigmoid(s / tau) for bt and gpm.
 """
 
@@ -63,18 +65,26 @@ HEAD_JSON = "reward_head.json"
 HEAD_WEIGHTS = "reward_head.safetensors"
 FORMAT = "prefpipe-reward-head"
 CHAT_FILE = "prefpipe_chat.py"  # prefpipe.common.chat, copied by the export (prefpipe.export.common)
+# prefpipe.common.expected_sigmoid, copied by the export: a Bayesian head's P(a > b) as the evaluation integrates it
+EXPECTED_SIGMOID_FILE = "prefpipe_expected_sigmoid.py"
 Conversation = str | list[dict[str, str]]
+
+
+def load_shipped_module(folder: str | Path, file: str) -> ModuleType:
+    """A module the export copied into the folder (`prefpipe_chat.py`: prefpipe's own renderer of reward inputs,
+    so the text is prefpipe's; `prefpipe_expected_sigmoid.py`: the evaluation's integration of P(a > b))."""
+    path = Path(folder) / file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (export the model again with prefpipe)")
+    spec = importlib.util.spec_from_file_location(Path(file).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_chat_module(folder: str | Path) -> ModuleType:
     """The folder's `prefpipe_chat.py`: prefpipe's own renderer of reward inputs, so the text is prefpipe's."""
-    path = Path(folder) / CHAT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (export the model again with prefpipe)")
-    spec = importlib.util.spec_from_file_location("prefpipe_chat", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_shipped_module(folder, CHAT_FILE)
 
 
 def check_conversations(chat: ModuleType, prompts: list[Conversation]) -> None:
@@ -147,7 +157,7 @@ class HeadType(NamedTuple):
     encode: Callable[[dict, dict, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
     compare: Callable[[dict, dict], tuple[torch.Tensor, torch.Tensor | None]]
     scalar_reward: bool  # one reward per response (rewards())
-    bayesian: bool  # P(a > b) by Monte Carlo over the posterior
+    bayesian: bool  # P(a > b) = E[sigmoid(s / tau)] over the score's posterior N(s, Var[s])
 
 
 # The head types this loader scores (its own table: the folder does not import prefpipe's head registry; a
@@ -189,6 +199,9 @@ class ExportedRewardModel:
             self.likelihood_model = AutoModel.from_pretrained(path, dtype=dtype).to(device).eval()
         self.head = {k: v.to(device) for k, v in load_file(str(folder / HEAD_WEIGHTS)).items()}
         self.chat = load_chat_module(folder)
+        self.expected_sigmoid = (
+            load_shipped_module(folder, EXPECTED_SIGMOID_FILE) if self.kind.bayesian else None
+        )
         self.device = device
 
     @classmethod
@@ -329,37 +342,23 @@ class ExportedRewardModel:
         return self.kind.compare(enc_a, enc_b)
 
     def preference_prob(
-        self,
-        prompts: list[Conversation],
-        responses_a: list[str],
-        responses_b: list[str],
-        n_samples: int | None = None,
-        generator: torch.Generator | None = None,
+        self, prompts: list[Conversation], responses_a: list[str], responses_b: list[str]
     ) -> torch.Tensor:
-        """P(response a preferred to response b | conversation) per row."""
+        """P(response a preferred to response b | conversation) per row (float64)."""
         enc_a, enc_b = self.encode(prompts, responses_a), self.encode(prompts, responses_b)
-        return self.preference_prob_encoded(enc_a, enc_b, n_samples, generator)
+        return self.preference_prob_encoded(enc_a, enc_b)
 
-    def preference_prob_encoded(
-        self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
+    def preference_prob_encoded(self, enc_a: dict, enc_b: dict) -> torch.Tensor:
+        """sigmoid(s / tau); a Bayesian head: E[sigmoid(s / tau)], s ~ N(s, Var[s]), integrated as prefpipe's
+        evaluation integrates it (the same code, `prefpipe_expected_sigmoid.py`)."""
+        score, variance = self.compare(enc_a, enc_b)
         tau = self.config["tau"]
-        if not self.kind.bayesian:
-            return torch.sigmoid(self.compare(enc_a, enc_b)[0] / tau)
-        n = n_samples or self.config["mc_samples"]
-        gate = 0.5 * (enc_a["gate"] + enc_b["gate"])
-        total = torch.zeros(enc_a["mean"].shape[0], dtype=torch.float64)
-        for _ in range(n):
-            sa, sb = (self._sample(enc["mean"], enc["var"], generator) for enc in (enc_a, enc_b))
-            total += torch.sigmoid(_pair_score(sa, sb, gate) / tau).double()
-        return (total / n).float()
-
-    def _sample(
-        self, mean: torch.Tensor, var: torch.Tensor, generator: torch.Generator | None
-    ) -> torch.Tensor:
-        eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        sample = mean + eps * var.sqrt()
-        return F.normalize(sample, p=2, dim=-1) if self.config["normalize"] else sample
+        if variance is None:
+            return torch.sigmoid(score.double() / tau)
+        prob = self.expected_sigmoid.gaussian_preference_prob(
+            score.double().numpy(), variance.double().numpy(), tau
+        )
+        return torch.from_numpy(prob)
 
     def rewards(self, prompts: list[Conversation], responses: list[str]) -> torch.Tensor:
         """r(x, y) per row (heads with one reward per response only: gpm heads score pairs)."""

@@ -10,8 +10,11 @@ whoever needs the reward itself.
 
 A head reading more than that (backbone.embedding_features: the response tokens' mean input embedding;
 backbone.likelihood_features: log-probs under a frozen copy of the base), an encoder backbone (its class
-reads a pooler, not prefpipe's pooling) or another pooling has no such class: `why_not_standard` says why, and
-the export writes the head-folder form instead (prefpipe.export.head_folder).
+reads a pooler, not prefpipe's pooling), another pooling or a model that keeps a too-long response's end
+(data.keep_response: end) has no such class: `why_not_standard` says why, and the export writes the head-folder
+form instead (prefpipe.export.head_folder). The class reads a row whole: prefpipe cuts a row longer than
+max_length (`prefpipe_max_length` in config.json; prompt tokens from the left first), and the model card says to
+score such rows with the head-folder form, whose loader cuts them as prefpipe does.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def exportable_config() -> str:
     """The reward config that trains a model this form takes (the refusal names it)."""
     return (
         f"head.type: {' | '.join(linear_reward_heads())} on a decoder backbone with backbone.pooling: last (or "
-        "auto), backbone.embedding_features: false and backbone.likelihood_features: false"
+        "auto), backbone.embedding_features: false, backbone.likelihood_features: false and data.keep_response: "
+        "start"
     )
 
 
@@ -66,6 +70,11 @@ def why_not_standard(rm: RewardModel) -> str | None:
     if spec.likelihood_features:
         reasons.append(
             "backbone.likelihood_features is on (the head reads log-probs under a frozen base copy)"
+        )
+    if spec.keep_response == "end":
+        reasons.append(
+            "data.keep_response is 'end' (prefpipe keeps a too-long response's end, a cut the class's tokenizer "
+            "cannot make)"
         )
     if model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
         reasons.append(f"transformers has no sequence-classification class for {model_type!r}")
@@ -105,6 +114,7 @@ def write_sequence_classification(rm: RewardModel, folder: Path) -> dict[str, An
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.prefpipe_reward_offset = offset
     model.config.prefpipe_tau = rm.tau
+    model.config.prefpipe_max_length = rm.spec.max_length
     model.config.prefpipe_reply_end = reply_end(tokenizer)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -1,5 +1,5 @@
 """A deep ensemble of reward models used as one (a GRPO run whose `reward_model` names an `eval.ensembles` entry;
-docs/RISK_RL.md): the members' mean score is the ensemble's score and the members' sample sd (n - 1, the
+docs/findings/RISK_RL.md): the members' mean score is the ensemble's score and the members' sample sd (n - 1, the
 `score_sd` of evaluation.uncertainty.ensemble_preference, which eval_ensemble reports) its uncertainty.
 
 It offers the stage-facing API of a RewardModel (encode, compare, rewards, head_type, tau, scalar_reward,

@@ -3,7 +3,7 @@ evaluation and GRPO use (the class is prefpipe.reward.network.RewardModel, re-ex
 
 Saved folder (<out>/model/): the backbone via save_pretrained (safetensors) or a LoRA adapter plus a
 reference to its base, the tokenizer, head.safetensors and head_config.json (head type, dims, tau, pooling,
-options, chat formatting, max_length). See docs/CONTRACTS.md. When the trainer refitted the head after
+options, chat formatting, max_length). See docs/reference/CONTRACTS.md. When the trainer refitted the head after
 fine-tuning (train.head_fit.after_steps), head_finetuned.safetensors keeps the head as fine-tuned, before the
 refit, so evaluation can score both on one backbone pass (`extra_heads`).
 """

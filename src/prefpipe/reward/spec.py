@@ -2,7 +2,7 @@
 
 head_config.json holds the head's settings (type, dims, tau, options), the backbone's kind, width and pooling,
 the tokenisation (max_length, which end of a too-long response stays, padding side, pad-token fix), the LoRA base reference and the head's input
-features. See docs/CONTRACTS.md.
+features. See docs/reference/CONTRACTS.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Settings of the active-learning rules (`active_learning`; docs/ACTIVE_LEARNING.md): rounds of train -> score the
+"""Settings of the active-learning rules (`active_learning`; docs/findings/ACTIVE_LEARNING.md): rounds of train -> score the
 unlabelled pool -> add the most uncertain pairs -> retrain, per acquisition strategy and seed, at equal label
 budgets. Which strategies exist (and what each one scores) is the active layer's registry
 (prefpipe.active.select); the names are checked against it by prefpipe.config_checks."""

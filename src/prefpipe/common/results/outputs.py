@@ -1,5 +1,5 @@
 """Where a `prefpipe` command may write its output folder, so that no command deletes or overwrites anything it
-did not create (docs/CONTRACTS.md, "Command outputs").
+did not create (docs/reference/CONTRACTS.md, "Command outputs").
 
 `check_output` is the one place these rules live; every command (report, export, inspect) calls it through
 `command_output` before any work:
@@ -17,6 +17,7 @@ the earlier output (the deletion is logged).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -36,8 +37,25 @@ class OutputRefused(UserError):
     """A command's output folder would delete or overwrite something the command did not write."""
 
 
+def path_text(text: str) -> str:
+    """argparse type of a command's path arguments: a blank one is refused at parse time, naming the argument
+    (Path("") is the working folder: an empty --out would write there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"an empty path ({text!r})")
+    return text
+
+
+def path_argument(text: str) -> Path:
+    """path_text as a Path."""
+    return Path(path_text(text))
+
+
 def _resolved(path: str | os.PathLike) -> Path:
-    return Path(path).expanduser().resolve()
+    """The absolute path with every link followed; a link loop is refused naming the path."""
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError as err:  # pathlib's resolve() on a symlink loop
+        raise OutputRefused(f"{path}: cannot be followed ({err})") from None
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -126,8 +144,15 @@ def check_output(
     """Refuse (OutputRefused naming the path) an output folder that would delete or overwrite anything this
     command did not write: the module docstring's rules. `in_results`: a workflow rule writing its declared
     output inside the results tree (Snakemake removed it before the job), so the stage-folder rules do not
-    apply. Reads only."""
-    where, target = Path(out), _resolved(out)
+    apply. A path the system cannot look at (a symlink loop, a name too long) is refused naming it. Reads only."""
+    try:
+        _check_output(Path(out), command, inputs, in_results)
+    except OSError as err:
+        raise OutputRefused(f"{err.filename or out}: {err.strerror or err}") from None
+
+
+def _check_output(where: Path, command: str, inputs: Sequence[str | os.PathLike], in_results: bool) -> None:
+    target = _resolved(where)
     sources = [_resolved(p) for p in inputs]
     for given, source in zip(inputs, sources, strict=True):
         if target == source:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from prefpipe.common.registry import registrar
 from prefpipe.grpo.kl import masked_log_ratio, per_token_kl
 from prefpipe.settings.grpo import no_kl_term
 
@@ -57,37 +58,41 @@ def clipped_surrogate(
     return per_token, {"ratio": ratio.detach(), "low": low, "high": high}
 
 
+Aggregation = Callable[[torch.Tensor, torch.Tensor, BatchNorms], torch.Tensor]
+# grpo.loss_type -> f(per-token loss * mask, float mask, norms): the micro-batch's share of the batch loss
+AGGREGATORS: dict[str, Aggregation] = {}
+
+
+# `@register_aggregation("name")`: `grpo.runs.<run>.loss_type: name` aggregates with the function (the trainer and
+# the one-step inspector alike); the config checks refuse a name not registered here.
+register_aggregation = registrar(AGGREGATORS, "loss aggregation")
+
+
+@register_aggregation("grpo")
 def _grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
     per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1.0)
     return per_seq.sum() / norms.num_sequences
 
 
+@register_aggregation("bnpo")
 def _bnpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
     return masked.sum() / m.sum().clamp(min=1.0) / norms.num_micro_batches
 
 
+@register_aggregation("dr_grpo")
 def _dr_grpo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
     return masked.sum() / (norms.num_sequences * norms.max_completion_length)
 
 
+@register_aggregation("dapo")
 def _dapo(masked: torch.Tensor, m: torch.Tensor, norms: BatchNorms) -> torch.Tensor:
     return masked.sum() / max(norms.num_tokens, 1)
-
-
-# grpo.loss_type -> f(per-token loss * mask, float mask, norms): the micro-batch's share of the batch loss
-AGGREGATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, BatchNorms], torch.Tensor]] = {
-    "grpo": _grpo,
-    "bnpo": _bnpo,
-    "dr_grpo": _dr_grpo,
-    "dapo": _dapo,
-}
-AGGREGATIONS = tuple(AGGREGATORS)
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norms: BatchNorms) -> torch.Tensor:
     """Scalar loss of one micro-batch; summed over micro-batches it gives the batch loss (see docstring)."""
     if mode not in AGGREGATORS:
-        raise ValueError(f"grpo.loss_type must be one of {AGGREGATIONS}, got {mode!r}")
+        raise ValueError(f"grpo.loss_type must be one of {sorted(AGGREGATORS)}, got {mode!r}")
     m = mask.float()
     return AGGREGATORS[mode](per_token * m, m, norms)
 

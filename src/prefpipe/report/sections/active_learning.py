@@ -1,4 +1,4 @@
-"""Active learning (docs/ACTIVE_LEARNING.md), from results/active_learning/summary.json: the learner's test accuracy
+"""Active learning (docs/findings/ACTIVE_LEARNING.md), from results/active_learning/summary.json: the learner's test accuracy
 after each round per acquisition strategy (mean and sd over seeds) and the labels each strategy needs to reach
 random selection's final accuracy, with the share of random's labels saved (the b-gpm paper's headline use)."""
 

@@ -81,7 +81,7 @@ def _control_table(bench: str, found: dict[str, dict[str, Any]]) -> Table | None
         "(Spearman ρ) of each scored response's reward with its length, scalar heads only (– for pairwise "
         "heads). r(margin, Δlength): Pearson (ρ) of s(a > b) with len(a) − len(b), each pair in both orders. "
         "Bootstrap 95% intervals (pairs resampled); 'picks longer': Wilson interval. Definitions: "
-        "docs/FINDINGS.md, 'How length is measured'.",
+        "docs/findings/FINDINGS.md, 'How length is measured'.",
     )
 
 

@@ -1,4 +1,4 @@
-"""Is the Bayesian GPM's uncertainty informative? (docs/UNCERTAINTY.md) From each evaluated head's `uncertainty` block on
+"""Is the Bayesian GPM's uncertainty informative? (docs/findings/UNCERTAINTY.md) From each evaluated head's `uncertainty` block on
 the headline benchmark and each deep ensemble's summary: AUROC of every recorded uncertainty for the head's own
 errors, for high-disagreement pairs (among all pairs and among familiar ones) and for unfamiliar pairs (where the
 test pairs record them), with 95% intervals, and the abstention curve's area against the point margin's. The
@@ -47,7 +47,7 @@ LABELS = {
     MEMBER_SD: "members' score sd",
     "member_disagreement": "share of members disagreeing",
 }
-POINT_HEAD = "gpm"  # the point head whose |margin| the Bayesian head is held to (docs/UNCERTAINTY.md)
+POINT_HEAD = "gpm"  # the point head whose |margin| the Bayesian GPM meets (docs/findings/UNCERTAINTY.md)
 
 
 def blocks(ctx: Context) -> dict[str, dict[str, Any]]:

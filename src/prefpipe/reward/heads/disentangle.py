@@ -34,7 +34,7 @@ Options (head.length_head; the defaults are ODIN's form). Why: Pearson is scale-
     d rho(r, L) / d r_i = (Lhat_i - rho rhat_i) / ||r - mean r||     (hats: centred, unit-norm vectors)
 has norm sqrt(1 - rho^2) / ||r - mean r||, large while the rewards' spread is small (a short fine-tune never
 leaves that regime), and |rho| keeps that full size at rho = 0 with a sign set by the noise of a 2n-response
-estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set the clipped step (docs/FINDINGS.md).
+estimate (sd about 1 / sqrt(2n - 1)). On real_small the penalty's gradient set the clipped step (docs/findings/FINDINGS.md).
 - decorrelation: `abs` D = |rho| (ODIN) | `squared` D = rho^2, gradient 2 rho d rho: smooth, and small at
   noise-level rho (E[rho_hat^2] = rho^2 + Var rho_hat is still least at rho = 0).
 - decorrelation `covariance`: D = cov(x, z)^2 = rho^2 Var x, z the standardised length (x: rewards, or the pair

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from prefpipe.common.config import ConfigError
@@ -80,14 +79,16 @@ def build_head(settings: HeadSettings, input_size: int, prompt_size: int) -> Rew
 NOT_HEADS = ("base", "disentangle", "facts", "registry")  # the package's modules that define no head
 
 
-def _import_heads() -> None:
+def import_heads() -> None:
+    """Import every module of the package's folders (its `__path__`), so each registers its head: a head is
+    a file dropped into prefpipe/reward/heads/, which nothing else has to import."""
     package = __name__.rpartition(".")[0]
-    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
         if module.name not in NOT_HEADS:
             importlib.import_module(f"{package}.{module.name}")
 
 
-_import_heads()
+import_heads()
 
 __all__ = [
     "HEADS",

@@ -16,19 +16,28 @@ from pathlib import Path
 
 import torch
 
+from prefpipe.common.registry import registrar
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.rollout.engines.base import PlainEngine, RolloutEngine
 from prefpipe.settings.grpo import GrpoSettings
 
 EngineFactory = Callable[[GrpoSettings, torch.nn.Module, object, Path, DataParallel], RolloutEngine]
+ENGINES: dict[str, EngineFactory] = {}
 
 
+# `@register_engine("name")`: `grpo.runs.<run>.rollout.engine: name` builds the run's engine with the factory
+# `(settings, policy, tokenizer, work_dir, dp) -> RolloutEngine`; the config checks refuse another name.
+register_engine = registrar(ENGINES, "rollout engine")
+
+
+@register_engine("plain")
 def _plain(
     settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path, dp: DataParallel
 ) -> RolloutEngine:
     return PlainEngine(settings)
 
 
+@register_engine("vllm")
 def _vllm(
     settings: GrpoSettings, policy: torch.nn.Module, tokenizer, work_dir: Path, dp: DataParallel
 ) -> RolloutEngine:
@@ -37,9 +46,6 @@ def _vllm(
     )  # vllm is optional: imported only when chosen
 
     return VllmEngine(settings, policy, tokenizer, work_dir, dp)
-
-
-ENGINES: dict[str, EngineFactory] = {"plain": _plain, "vllm": _vllm}
 
 
 def build_engine(
