@@ -45,12 +45,52 @@ def child_env(gpu: bool = False) -> dict[str, str]:
 
 
 def run_worker(script: str, args: dict, gpu: bool = False, timeout: float = 3600) -> dict:
-    """Run `python script --worker JSON` and return the JSON its last stdout line holds."""
+    """Run `python script --worker JSON` and return the JSON its last stdout line holds. With
+    PREFPIPE_BENCH_IN_PROCESS=1 (the CPU smoke of tests/test_benchmarks_smoke.py) the same command line runs in
+    this process instead (`in_process`)."""
+    if os.environ.get("PREFPIPE_BENCH_IN_PROCESS") == "1":
+        return in_process(script, args)
     cmd = [sys.executable, script, "--worker", json.dumps(args)]
     res = subprocess.run(cmd, env=child_env(gpu), capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{res.stderr[-4000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def in_process(script: str, args: dict) -> dict:
+    """`script --worker JSON` through the script's own main() in this process, its stdout captured: a smoke
+    whose script starts many children pays the import of torch, transformers and TRL once, not once a child
+    (its figures mean nothing; that every worker's call still works is what it checks). A worker that fails
+    raises RuntimeError, as a failed child does."""
+    import contextlib
+    import importlib.util
+    import io
+    import traceback
+
+    path = Path(script).resolve()
+    module = next(
+        (
+            m
+            for m in list(sys.modules.values())
+            if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path
+        ),
+        None,
+    )
+    if module is None:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    argv, out = sys.argv, io.StringIO()
+    sys.argv = [str(path), "--worker", json.dumps(args)]
+    try:
+        with contextlib.redirect_stdout(out):
+            module.main()
+    except (Exception, SystemExit) as exc:  # a failed child's RuntimeError, with this traceback
+        raise RuntimeError(f"worker {args} failed:\n{traceback.format_exc()[-4000:]}") from exc
+    finally:
+        sys.argv = argv
+    return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
 def interleaved(

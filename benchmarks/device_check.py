@@ -5,8 +5,8 @@ MFU on real tokens and peak memory per side; raw JSON into --out (on the device 
     # once, where there is network: benchmarks/gpu_wheels.sh (.whl/ and .gpu-assets/, see gpu.py)
     # on the GPU machine, one call (wheels unpacked as gpu.py's docstring says):
     PYTHONPATH=/tmp/site:src python3 benchmarks/device_check.py --out "$OUT" --budget-s 480
-    # CPU smoke (tests/test_benchmarks_smoke.py):
-    python benchmarks/device_check.py --device cpu --size tiny --out /tmp/dc
+    # CPU smoke (tests/test_benchmarks_smoke.py; every side's worker in this one process):
+    PREFPIPE_BENCH_IN_PROCESS=1 python benchmarks/device_check.py --device cpu --size tiny --rounds 1 --out /tmp/dc
 
 Sides (one child process each, gpu.py's workers; same base model, same pairs and token ids, 32 pairs a step,
 max_length 512 at 0.5b):

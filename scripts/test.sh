@@ -73,7 +73,8 @@ done
 echo "== pytest"
 # PREFPIPE_VLLM=0: the main virtualenv has no vLLM (its tests skip as the optional vLLM tier); with
 # PREFPIPE_VLLM=1 they run below, with the vLLM virtualenv's python, where under CI a skip fails.
-PREFPIPE_VLLM=0 python -m pytest "$@"
+# --durations=40: every log lists the 40 slowest tests (set-up and tear-down included), where CI time goes.
+PREFPIPE_VLLM=0 python -m pytest --durations=40 "$@"
 if [ "${PREFPIPE_VLLM:-0}" = "1" ]; then
     echo "== vLLM tier (PREFPIPE_VLLM=1)"
     bash scripts/vllm_env.sh

@@ -61,11 +61,17 @@ SMOKE = {
         (),
     ),  # fmt: skip
     "device_check.py": (
-        ["--device", "cpu", "--size", "tiny", "--out", "{out}"],
+        ["--device", "cpu", "--size", "tiny", "--rounds", "1", "--out", "{out}"],
         "device_check.json",
         ("trl",),
     ),
 }
+# The scripts that start a child per side and case (device_check.py 10 at one round, gpu.py 9, gpu_paper.py 4,
+# reward_train.py 3, grpo_step.py 2) run their workers in their own process (common.in_process: the same
+# `--worker JSON` command line through the script's main()), so the smoke imports torch, transformers and TRL
+# once per script, not once per child. scoring.py and grpo_memory.py keep real children (common.run_worker's
+# subprocess path and child_env stay covered).
+IN_PROCESS = {"device_check.py", "gpu.py", "gpu_paper.py", "grpo_step.py", "reward_train.py"}
 NOT_SCRIPTS = {"common.py"}  # imported by the scripts, run through them
 SHELL = (
     "setup.sh",
@@ -116,6 +122,7 @@ def run_smoke(script: str, out: Path) -> dict:
         args = [*args, "--engines", "plain"]  # stated in the module docstring: vLLM's side is its own tier
     env = {**os.environ, "PREFPIPE_BENCH_OUT": str(out), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+           "PREFPIPE_BENCH_IN_PROCESS": "1" if script in IN_PROCESS else "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}  # fmt: skip
     cmd = [sys.executable, str(BENCH / script), *(a.format(out=out) for a in args)]
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

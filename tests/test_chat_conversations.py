@@ -211,3 +211,39 @@ def test_benchmark_rows_with_turns_score_on_the_fast_paths(shared_data, tmp_path
         scores.append(frame.sort_values("id")["score_chosen_minus_rejected"].to_numpy())
         assert summary["n_pairs"] == len(rows)
     assert abs(scores[0] - scores[1]).max() < 1e-5 and scores[0].std() > 0
+
+
+def test_a_system_turn_is_folded_into_the_first_user_turn_where_the_template_refuses_it():
+    """Gemma 2's own template (TRL's gemma.jinja) raises on a system turn; prefpipe renders the system text, a
+    blank line and the first user turn as one user turn, in the prompt and in the reward input alike. A template
+    that takes a system turn (Gemma 3's, Qwen2.5's) gets it unchanged."""
+    from jinja2 import TemplateError
+
+    history = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hey"},
+        {"role": "user", "content": "Say yes."},
+    ]
+    tok = family_tokenizer(FAMILIES["gemma2"])
+    with pytest.raises(TemplateError, match="System role not supported"):
+        tok.apply_chat_template(history, tokenize=False)
+    head = (
+        "<bos><start_of_turn>user\nAnswer briefly.\n\nHi<end_of_turn>\n<start_of_turn>model\nHey<end_of_turn>\n"
+        "<start_of_turn>user\nSay yes.<end_of_turn>\n<start_of_turn>model\n"
+    )  # written out by hand from the template's layout
+    assert format_prompt(tok, history) == head
+    heads, texts = format_pairs(tok, [history, history], ["yes", "no"])
+    assert heads == [head, head] and texts == [head + "yes<end_of_turn>", head + "no<end_of_turn>"]
+    for name in ("gemma3", "qwen2"):
+        other = family_tokenizer(FAMILIES[name])
+        turns = history_of(history)
+        assert format_prompt(other, history) == other.apply_chat_template(
+            turns, tokenize=False, add_generation_prompt=True
+        )
+        assert (
+            format_pair(other, history, "yes")
+            == other.apply_chat_template(
+                [*turns, {"role": "assistant", "content": "yes"}], tokenize=False
+            ).rstrip()
+        )

@@ -6,6 +6,7 @@ run's own folder and a folder named twice."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -56,9 +57,9 @@ def test_a_second_experiment_forced_into_the_folder_stops_and_deletes_nothing(fi
     assert _hashes(finished / OWN) == before
 
 
-def test_replace_results_deletes_only_when_the_run_starts(tmp_path):
-    workdir = workflow_copy(tmp_path / "wf", "tiny_full.yaml")
-    assert _snakemake(workdir, DATA).returncode == 0
+def test_replace_results_deletes_only_when_the_run_starts(finished, tmp_path):
+    workdir = tmp_path / "wf"  # a copy of the finished run (links kept): this test replaces its outputs
+    shutil.copytree(finished, workdir, symlinks=True)
     before = _hashes(workdir / OWN)
     replace = ("--config", "experiment=other", f"results_dir={OWN}", "replace_results=True")
     dry = _snakemake(workdir, "-n", DATA, *replace)

@@ -18,11 +18,11 @@ The sliding windows (8 tokens) are shorter than the test rows, so a path that ig
 Chat templates (issue 52): Llama 3, Qwen2.5 (qwen2), Gemma 3 and Phi-3 use the families' own templates as TRL
 ships them (trl/chat_templates/<name>.jinja, the `bench` extra: byte copies of the models' tokenizer_config.json
 templates, kept current by TRL's weekly check against the Hub repos; TRL's chat_templates/README.md names each
-one's source). Three remain written here: Mistral (no package ships its template), and two whose real templates
-prefpipe does not handle yet, found by trying them: Gemma 2's own template (trl's gemma.jinja) refuses a system
-message ("System role not supported"), so a RewardBench 2 conversation with a system turn fails to render, and
-Qwen3's own (qwen3.jinja) writes an empty <think></think> block into a finished reply, so a reward input is no
-longer the policy's prompt part + reply.
+one's source). Gemma 2 (gemma2) too: trl's gemma.jinja, "used by both Gemma (v1) and Gemma2, which ship identical
+templates"; it refuses a system message ("System role not supported"), and prefpipe.common.chat folds a system
+turn into the first user turn for it (template_turns). Two remain written here: Mistral (no package ships its
+template), and Qwen3, whose own template (qwen3.jinja) writes an empty <think></think> block into a finished
+reply, so a reward input is no longer the policy's prompt part + reply.
 """
 
 from __future__ import annotations
@@ -83,14 +83,7 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 CHATML_SYSTEM = _own_template("qwen2_5")
-GEMMA = (
-    "{{ bos_token }}"
-    + _folded_system(
-        "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
-        "{{ (sys if loop.first else '') + (m['content'] | trim) }}<end_of_turn>\n"
-    )
-    + "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
+GEMMA = _own_template("gemma")  # Gemma 2's (and Gemma 1's): refuses a system turn, prefpipe folds it
 GEMMA3 = _own_template("gemma3")
 MISTRAL = "{{ bos_token }}" + _folded_system(
     "{% if m['role'] == 'user' %}[INST] {{ (sys if loop.first else '') + m['content'] }} [/INST]"

@@ -6,7 +6,8 @@ way, so no stage builds its own strings. A conversation is a plain prompt string
 tokenizer's chat template: a reward input is the template's rendering of history + the assistant's reply
 (`format_pairs`); tokenizers without one get the plain layout "history\\n\\nresponse" + EOS (`plain_history`).
 A response ends the way the template ends an assistant turn (`reply_end`): Gemma's <end_of_turn>, Phi-3's
-<|end|> then <|endoftext|>, the EOS token elsewhere.
+<|end|> then <|endoftext|>, the EOS token elsewhere. A template that refuses a system turn (Gemma 1 and 2) gets
+the system text folded into the first user turn (`template_turns`), in training, scoring and generation alike.
 
 Standard library only (jinja2, transformers' template engine, where a template is rendered): an exported reward
 model ships this very file as `prefpipe_chat.py` (prefpipe.export) and renders its inputs with it.
@@ -24,6 +25,7 @@ REPLY_PROBE = "@@prefpipe-reply@@"  # stands for the reply when the template ren
 ROLE_LABELS = {"system": "System", "user": "Human", "assistant": "Assistant"}
 _REPLY_ENDS: dict[tuple[str, str | None], str | None] = {}
 _PREFIX_WARNED: set[str] = set()
+_REFUSES_SYSTEM: dict[str, bool] = {}
 log = logging.getLogger(__name__)
 
 Message = dict[str, str]
@@ -76,10 +78,40 @@ def plain_history(prompt: Conversation) -> str:
     return PLAIN_SEPARATOR.join(f"{ROLE_LABELS[m['role']]}: {m['content']}" for m in turns)
 
 
+def refuses_system(tokenizer: Any) -> bool:
+    """Whether the chat template refuses a system turn (Gemma 1 and 2: "System role not supported"); probed
+    once per template."""
+    key = tokenizer.chat_template
+    if key not in _REFUSES_SYSTEM:
+        from jinja2 import TemplateError
+
+        probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+        try:
+            tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+            _REFUSES_SYSTEM[key] = False
+        except TemplateError:
+            _REFUSES_SYSTEM[key] = True
+    return _REFUSES_SYSTEM[key]
+
+
+def template_turns(tokenizer: Any, prompt: Conversation) -> list[Message]:
+    """The turns the chat template renders: `history`, except that a leading system turn goes into the first
+    user turn (its text, a blank line, the user's text) where the template refuses a system turn, the layout
+    Gemma 3's own template writes for one. Without a user turn after it, the template's own error stands."""
+    turns = history(prompt)
+    if len(turns) < 2 or turns[0]["role"] != "system" or turns[1]["role"] != "user":
+        return turns
+    if not refuses_system(tokenizer):
+        return turns
+    folded = turns[0]["content"] + PLAIN_SEPARATOR + turns[1]["content"]
+    return [{"role": "user", "content": folded}, *turns[2:]]
+
+
 def format_prompt(tokenizer: Any, prompt: Conversation) -> str:
     """Text a policy is conditioned on before it generates (ends where the response starts)."""
     if has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template(history(prompt), tokenize=False, add_generation_prompt=True)
+        turns = template_turns(tokenizer, prompt)
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     return plain_history(prompt) + PLAIN_SEPARATOR
 
 
@@ -115,7 +147,7 @@ def _template_turn(tokenizer: Any, prompt: Conversation, head: str, response: st
     template writes after the turn end is dropped: last-token pooling reads the turn-end token). A template
     whose rendering does not start with its generation prompt `head` (it renders the history differently once
     the reply is there) gets head + response + end instead, so a pair's two inputs still share their prefix."""
-    turns = history(prompt) + [{"role": "assistant", "content": response}]
+    turns = template_turns(tokenizer, prompt) + [{"role": "assistant", "content": response}]
     full = tokenizer.apply_chat_template(turns, tokenize=False)
     if not full.startswith(head):
         if tokenizer.chat_template not in _PREFIX_WARNED:
