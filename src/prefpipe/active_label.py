@@ -60,7 +60,7 @@ def run(settings: ActiveLearningSettings, args: argparse.Namespace) -> None:
             args.strategy, settings, pool_ids(rows, before), scores, settings.labels_per_round, seed, round_
         )
         labelled = before + added
-    info = {"strategy": args.strategy, "seed": seed, "round": round_}
+    info = {"strategy": args.strategy, "seed": seed, "round": round_, "unlabelled": len(ids) - len(labelled)}
     write_round(Path(args.out), data, rows, labelled, added, info)
     log.info(
         "round %d of %s (seed %d): %d labelled, %d added",

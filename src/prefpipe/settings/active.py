@@ -28,6 +28,9 @@ class ActiveLearningSettings(RunSettings):
     # fixed: the learner keeps its variant's max_kl_weight; labelled: times (training pairs / labelled pairs) of
     # the round, so "batch / dataset size" holds for the set it trains on (prefpipe.active.kl_weight)
     kl_weight: str
+    # the curve's anchor target: this fraction of the last round's accuracy (the full-data accuracy when the
+    # last round labels every training pair), prefpipe.active.curve.fraction_table
+    target_fraction: float
     # The ensemble's members (eval.ensembles[ensemble]); derived by PipelineSettings, not a config key.
     members: list[str]
 
