@@ -24,7 +24,8 @@ def _joint_information(p: np.ndarray, batch: list[int]) -> float:
     joint = []
     for labels in itertools.product((1, 0), repeat=len(batch)):
         per_sample = [
-            math.prod(p[i, s] if y else 1 - p[i, s] for i, y in zip(batch, labels)) for s in range(n)
+            math.prod(p[i, s] if y else 1 - p[i, s] for i, y in zip(batch, labels, strict=True))
+            for s in range(n)
         ]
         joint.append(sum(per_sample) / n)
     conditional = sum(_h([p[i, s], 1 - p[i, s]]) for i in batch for s in range(n)) / n
@@ -80,7 +81,7 @@ def test_epig_by_loops_over_samples(probs):
             for y, yt in itertools.product((1, 0), repeat=2):
                 py = [probs[i, s] if y else 1 - probs[i, s] for s in range(5)]
                 pt = [targets[t, s] if yt else 1 - targets[t, s] for s in range(5)]
-                joint = sum(a * b for a, b in zip(py, pt)) / 5
+                joint = sum(a * b for a, b in zip(py, pt, strict=True)) / 5
                 total += joint * math.log(joint / (sum(py) / 5 * sum(pt) / 5))
             info.append(total)
         expected.append(sum(info) / 3)
