@@ -31,6 +31,11 @@ class ActiveLearningSettings(RunSettings):
     # the curve's anchor target: this fraction of the last round's accuracy (the full-data accuracy when the
     # last round labels every training pair), prefpipe.active.curve.fraction_table
     target_fraction: float
+    posterior_samples: int  # seeded posterior draws of P(a > b) per pool pair (a Bayesian learner; 0: none)
+    joint_configs: int  # BatchBALD: joint labels enumerated up to this count, then as many sampled
+    epig_targets: int  # EPIG: target pairs, a seeded sample of the pool
+    diversity_weight: float  # BAL-PM: weight of the prompt features' entropy gain beside the BALD
+    diversity_neighbours: int  # BAL-PM: k of the k-th-neighbour entropy estimate
     # The ensemble's members (eval.ensembles[ensemble]); derived by PipelineSettings, not a config key.
     members: list[str]
 
