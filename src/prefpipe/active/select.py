@@ -48,6 +48,7 @@ class Acquisition:
     bayesian: bool | None
     # a batch-aware strategy: (aligned pool tables, what it may read) -> the indices of its k picks
     greedy: Callable[[dict[str, pd.DataFrame], Picking], list[int]] | None = field(default=None)
+    draws: bool = False  # reads the learner's posterior draws and prompt features (posterior_samples > 0)
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,9 @@ ACQUISITIONS: dict[str, Acquisition] = {
     "bgpm": Acquisition(lambda s: [s.learner], _posterior_information, True),
     "ensemble": Acquisition(lambda s: list(s.members), _member_sd, False),
     "ensemble_bald": Acquisition(lambda s: list(s.members), _member_information, False),
-    "batchbald": Acquisition(lambda s: [s.learner], None, True, _batch_bald(_learner_samples)),
-    "epig": Acquisition(lambda s: [s.learner], None, True, _epig(_learner_samples)),
-    "balpm": Acquisition(lambda s: [s.learner], None, True, _balpm),
+    "batchbald": Acquisition(lambda s: [s.learner], None, True, _batch_bald(_learner_samples), True),
+    "epig": Acquisition(lambda s: [s.learner], None, True, _epig(_learner_samples), True),
+    "balpm": Acquisition(lambda s: [s.learner], None, True, _balpm, True),
     "ensemble_batchbald": Acquisition(
         lambda s: list(s.members), None, False, _batch_bald(_member_probabilities)
     ),
@@ -177,6 +178,11 @@ def check_strategies(settings: ActiveLearningSettings, is_bayesian: Callable[[st
     for name in settings.strategies:
         rule = acquisition(name)
         scorers = rule.scorers(settings)
+        if rule.draws and not settings.posterior_samples:
+            raise ConfigError(
+                f"active_learning.strategies: {name!r} reads the learner's posterior draws; "
+                "active_learning.posterior_samples is 0"
+            )
         if (rule.uncertainty is not None or rule.greedy is not None) and not scorers:
             raise ConfigError(f"active_learning.strategies: {name!r} needs active_learning.ensemble")
         for variant in scorers:
