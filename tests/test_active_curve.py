@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from support.settings import pipeline
 
-from prefpipe.active.curve import labels_to_reach, needed_table, summarize
+from prefpipe.active.curve import fraction_table, labels_to_reach, needed_table, summarize
 from prefpipe.active.pool_scores import SCORES
 
 
@@ -63,3 +63,32 @@ def test_summarize_reads_each_rounds_learner_scores_from_the_layout(tmp_path):
     assert summary["labels"] == [10, 15]
     assert summary["accuracy"] == {"random": {3: [0.5, 0.75]}, "bgpm": {3: [0.5, 1.0]}}
     assert summary["labels_needed"]["bgpm"]["per_seed"] == {3: pytest.approx(10 + 0.25 / 0.5 * 5)}
+
+
+def test_fraction_table_by_hand_interpolation_and_a_seed_that_never_reaches():
+    settings = pipeline(
+        {"active_learning": {"enabled": True, "strategies": ["random", "bgpm"], "rounds": 4,
+                             "initial_labels": 100, "labels_per_round": 100, "seeds": [0, 1],
+                             "target_fraction": 0.9}}
+    ).active_learning  # fmt: skip
+    accuracy = {
+        "random": {0: [0.50, 0.60, 0.70, 0.80], 1: [0.50, 0.70, 0.72, 0.90]},
+        "bgpm": {0: [0.50, 0.76, 0.78, 0.80], 1: [0.50, 0.60, 0.70, 0.90]},
+    }
+    # seed 0: target 0.9 * 0.80 = 0.72; random: 300 + (0.72 - 0.70) / (0.80 - 0.70) * 100 = 320;
+    #   bgpm: 100 + (0.72 - 0.50) / (0.76 - 0.50) * 100 = 184.615...
+    # seed 1: target 0.81; random: 300 + (0.81 - 0.72) / 0.18 * 100 = 350; bgpm: 300 + (0.81 - 0.70) / 0.2 * 100 = 355
+    out = fraction_table(settings, accuracy)
+    assert out["target"] == {0: pytest.approx(0.72), 1: pytest.approx(0.81)}
+    random, bgpm = out["strategies"]["random"], out["strategies"]["bgpm"]
+    assert random["per_seed"] == {0: pytest.approx(320.0), 1: pytest.approx(350.0)}
+    assert bgpm["per_seed"] == {0: pytest.approx(100 + 22 / 26 * 100), 1: pytest.approx(355.0)}
+    fewer = [1 - (100 + 22 / 26 * 100) / 320, 1 - 355 / 350]
+    assert bgpm["fewer_than_reference"]["mean"] == pytest.approx(sum(fewer) / 2)
+    assert bgpm["fewer_than_reference"]["sd"] == pytest.approx(abs(fewer[0] - fewer[1]) / 2**0.5)
+    assert random["fewer_than_reference"] == {"mean": 0.0, "sd": 0.0}
+    # a curve whose last round stays below random's target (0.81): never reached, no mean
+    accuracy["bgpm"][1] = [0.50, 0.60, 0.70, 0.80]
+    out = fraction_table(settings, accuracy)["strategies"]["bgpm"]
+    assert out["per_seed"][1] is None and out["reached"] == 1
+    assert "labels" not in out and "fewer_than_reference" not in out

@@ -145,6 +145,14 @@ def test_strategies_are_checked_against_the_registry_and_the_heads():
         pipeline({**overlay, "eval": {"ensembles": {"ens": ["bgpm", "gpm"]}}})
     with pytest.raises(ConfigError, match="not an eval.ensembles entry"):
         pipeline({"active_learning": {**ON, "ensemble": "none-such"}})
+    with pytest.raises(
+        ConfigError, match="'balpm' reads the learner's posterior draws; .*posterior_samples is 0"
+    ):
+        pipeline(
+            {"active_learning": {**ON, "ensemble": None, "strategies": ["balpm"], "posterior_samples": 0}}
+        )
+    with pytest.raises(ConfigError, match="'batchbald' reads gpm, which is not a Bayesian head"):
+        pipeline({"active_learning": {**ON, "learner": "gpm", "ensemble": None, "strategies": ["batchbald"]}})
     assert pipeline({}).active_learning is None  # off in the default run
 
 

@@ -101,8 +101,15 @@ def test_scores_cover_the_pool_and_the_test_pairs(run):
     assert list(scores.loc[scores["split"] == "pool", "id"]) == [i for i in train if i not in labelled]
     test = [r["id"] for r in read_jsonl(run["data"] / "pairs_test.jsonl")]
     assert list(scores.loc[scores["split"] == "test", "id"]) == test
-    assert np.all(np.isfinite(scores["score"])) and np.all(scores["variance"] > 0)  # a Bayesian head
+    scored = scores[scores["split"] != "labelled"]
+    assert np.all(np.isfinite(scored["score"])) and np.all(scored["variance"] > 0)  # a Bayesian head
     assert scores["tau"].nunique() == 1
+    # the Bayesian learner's pool rows carry its posterior draws; pool and labelled rows its prompt features
+    pool = scores[scores["split"] == "pool"]
+    draws = pool.filter(like="p_sample_").to_numpy()
+    assert draws.shape[1] == 32 and np.all((draws >= 0) & (draws <= 1))
+    assert set(scores.loc[scores["split"] == "labelled", "id"]) == labelled
+    assert not scores[scores["split"] != "test"].filter(like="prompt_feature_").isna().any().any()
     for strategy in ("random", "bgpm"):  # the last round: no selection reads a pool
         assert set(_scores(run, strategy, 1)["split"]) == {"test"}
 

@@ -199,3 +199,10 @@ def test_a_run_may_name_an_ensemble_and_be_risk_averse_on_it():
 def test_config_errors_name_the_key(overlay, message):
     with pytest.raises(ConfigError, match=message):
         pipeline(ENSEMBLE, overlay)
+
+
+def test_the_information_risk_measure_on_an_ensemble_is_refused_naming_the_key():
+    overlay = _run("ens", 1.0, eval={"ensembles": {"ens": ["gpm", "gpm-seed1"]}})
+    overlay["grpo"]["runs"]["rm_gpm"]["rewards"][0]["risk_measure"] = "mutual_information"
+    with pytest.raises(ConfigError, match=r"rewards\[0\].risk_measure = mutual_information reads a Bayesian"):
+        pipeline(ENSEMBLE, overlay)

@@ -100,3 +100,83 @@ def test_run_summary_by_hand():
     assert block["last_steps"]["spread_ratio"] == pytest.approx(0.04 / 0.5)
     assert block["all_steps"]["spread_ratio"] == pytest.approx(0.03 / 0.5)
     assert risk.risk_summary([{"step": 0, "reward_mean": 1.0}]) is None
+
+
+@pytest.mark.parametrize(
+    "sd", [0.02, 0.3, 2.5]
+)  # sigma = sd / tau: 0.2, 3, 25 (Gauss-Hermite, then the grid)
+def test_predictive_information_matches_monte_carlo_and_the_evaluation(sd):
+    from prefpipe.evaluation.uncertainty import gaussian_preference
+    from prefpipe.grpo.risk_measures import predictive_information
+
+    tau = 0.1
+    score = torch.tensor([-0.4, 0.0, 0.05, 0.7], dtype=torch.float64)
+    var = torch.full_like(score, sd**2)
+    prob, info = predictive_information(score, var, tau)
+    draws = score[:, None] + sd * torch.randn(
+        4, 400_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    p = torch.sigmoid(draws / tau)
+    entropy = lambda q: -(q * q.clamp_min(1e-300).log() + (1 - q) * (1 - q).clamp_min(1e-300).log())  # noqa: E731
+    mc_prob = p.mean(1)
+    assert prob.numpy() == pytest.approx(mc_prob.numpy(), abs=3e-3)
+    assert info.numpy() == pytest.approx((entropy(mc_prob) - entropy(p).mean(1)).numpy(), abs=3e-3)
+    reference = gaussian_preference(score.numpy(), var.numpy(), tau)
+    assert prob.numpy() == pytest.approx(reference["prob"], abs=1e-6)
+    assert info.numpy() == pytest.approx(reference["mutual_information"], abs=1e-6)
+
+
+@pytest.mark.parametrize("opponent", ["reference", "group"])
+def test_the_information_measure_pays_predictive_probability_minus_k_information(bgpm, opponent):
+    from prefpipe.evaluation.uncertainty import gaussian_preference
+
+    spec = reward_spec("reward_model", name="rm", opponent=opponent, risk_aversion=LAM)
+    rewards = build_rewards([{**spec, "risk_measure": "mutual_information"}], bgpm)
+    _, parts = compute_rewards(rewards, group_inputs())
+    expected = []
+    for i, (prompt, text) in enumerate(zip(group_inputs().prompts, COMPLETIONS, strict=True)):
+        group = range(i // G * G, i // G * G + G)
+        others = [REFS[i]] if opponent == "reference" else [COMPLETIONS[j] for j in group if j != i]
+        pairs = np.array([_pair(bgpm, prompt, text, other) for other in others])
+        g = gaussian_preference(pairs[:, 0], pairs[:, 1] ** 2, bgpm.tau)
+        expected.append(np.mean(g["prob"] - LAM * g["mutual_information"]))
+    assert parts["rm"].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_information_measure_refuses_a_sigmoid_transform_and_an_ensemble(bgpm, tmp_path):
+    from prefpipe.common.config import ConfigError
+    from prefpipe.grpo.rewards import RewardModelReward
+
+    with pytest.raises(ConfigError, match="transform must be none"):
+        RewardModelReward(bgpm, opponent="group", risk_aversion=1.0, transform="sigmoid", batch_size=4,
+                          risk_measure="mutual_information")  # fmt: skip
+
+    from prefpipe.reward.ensemble import EnsembleRewardModel
+    from prefpipe.reward.model import build_reward_model
+
+    backbone = save_tiny_policy(tmp_path / "base", seed=11, chat_template=False)
+    settings = reward_settings({"head": {"dim": 4}, "data": {"max_length": 64}}, variant="gpm")
+    ensemble = EnsembleRewardModel(
+        [build_reward_model(str(backbone), settings).eval() for _ in range(2)], ["a", "b"]
+    )
+    with pytest.raises(ConfigError, match="deep ensemble"):
+        RewardModelReward(ensemble, opponent="group", risk_aversion=1.0, transform="none", batch_size=4,
+                          risk_measure="mutual_information")  # fmt: skip
+
+
+def test_the_information_measure_at_k_zero_pays_the_predictive_probability(bgpm):
+    from prefpipe.evaluation.uncertainty import gaussian_preference
+
+    spec = {
+        **reward_spec("reward_model", name="rm", opponent="reference"),
+        "risk_measure": "mutual_information",
+    }
+    rewards = build_rewards([spec], bgpm)
+    _, parts = compute_rewards(rewards, group_inputs())
+    inputs = group_inputs()
+    pairs = np.array(
+        [_pair(bgpm, p, t, r) for p, t, r in zip(inputs.prompts, COMPLETIONS, REFS, strict=True)]
+    )
+    expected = gaussian_preference(pairs[:, 0], pairs[:, 1] ** 2, bgpm.tau)["prob"]
+    assert parts["rm"].tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+    assert risk.step_metrics(rewards, G, lambda rows: rows) == {}  # no penalty, no risk diagnostics

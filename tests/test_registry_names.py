@@ -24,6 +24,7 @@ from prefpipe.grpo.algorithm.reference import REFERENCE_MODES
 from prefpipe.grpo.algorithm.spans import MASK_MODES
 from prefpipe.grpo.kl import ESTIMATORS
 from prefpipe.grpo.rewards import REWARD_SOURCES
+from prefpipe.grpo.risk_measures import RISK_MEASURES
 from prefpipe.grpo.rollout.engines import ENGINES
 from prefpipe.grpo.rollout.engines.correction import CORRECTIONS
 from prefpipe.reward.heads.disentangle import DECORRELATIONS, FOLLOW_FORMS, LENGTH_SCALES
@@ -39,6 +40,7 @@ PAIRS = [
     ("grpo.schema.yaml", "scale_rewards", SCALE_MODES),
     ("grpo.schema.yaml", "mask_mode", MASK_MODES),
     ("grpo.schema.yaml", "reference_mode", REFERENCE_MODES),
+    ("grpo.schema.yaml", "reward_fn.risk_measure", RISK_MEASURES),
     ("reward.schema.yaml", "follow", FOLLOW_FORMS),
     ("reward.schema.yaml", "decorrelation", DECORRELATIONS),
     ("reward.schema.yaml", "length_scale", LENGTH_SCALES),

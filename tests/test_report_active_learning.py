@@ -9,7 +9,7 @@ import json
 from support.results_tree import report_markdown, write_results_tree
 from support.settings import pipeline
 
-from prefpipe.active.curve import needed_table
+from prefpipe.active.curve import fraction_table, needed_table
 
 ACCURACY = {
     "random": {0: [0.60, 0.70, 0.80], 1: [0.60, 0.66, 0.72]},
@@ -30,6 +30,7 @@ def _summary():
         "learner": "bgpm", "strategies": ["random", "bgpm"], "seeds": [0, 1], "labels": [100, 200, 300],
         "accuracy": ACCURACY, "curve": curve, "reference": "random",
         "labels_needed": needed_table(settings, ACCURACY),
+        "full_data": {"whole_pool": True, "unlabelled_left": {0: 0, 1: 0}} | fraction_table(settings, ACCURACY),
     }  # fmt: skip
 
 
@@ -51,3 +52,8 @@ def test_active_learning_section_and_answer_show_the_recorded_numbers(tmp_path):
     assert "| bgpm | 200 ± 0 | 33.3 ± 0.0 | 200, 200 | 2/2 |" in section
     assert "| random | 300 ± 0 | 0.0 ± 0.0 | 300, 300 | 2/2 |" in section
     assert (tmp_path / "out" / "figures" / "active_learning.png").is_file()
+    # 0.95 of the full-data accuracy: seed 0 target 0.76, random 200 + 0.06 / 0.1 * 100 = 260, bgpm
+    # 100 + 0.16 / 0.2 * 100 = 180; seed 1 target 0.684, random 200 + 0.024 / 0.06 * 100 = 240, bgpm
+    # 100 + 0.084 / 0.12 * 100 = 170; fewer: 1 - 180/260 = 30.8%, 1 - 170/240 = 29.2%
+    assert "Labels to reach 0.95 of the full-data accuracy" in section
+    assert "| bgpm | 175 ± 7 | 30.0 ± 1.1 | 180, 170 | 2/2 |" in section

@@ -18,7 +18,7 @@ import pandas as pd
 
 from prefpipe.active.labelled import labelled_ids, pool_ids, training_rows, write_round
 from prefpipe.active.layout import INITIAL
-from prefpipe.active.pool_scores import POOL, SCORES
+from prefpipe.active.pool_scores import LABELLED, POOL, SCORES
 from prefpipe.active.select import acquisition, random_pick, select
 from prefpipe.common.config import ConfigError
 from prefpipe.common.stage import PathArg, run_stage
@@ -53,14 +53,24 @@ def run(settings: ActiveLearningSettings, args: argparse.Namespace) -> None:
     else:
         previous = Path(args.previous)
         before = labelled_ids(previous / "data")
-        scores = {
-            v: _pool(previous / "scores" / v / SCORES) for v in acquisition(args.strategy).scorers(settings)
+        tables = {
+            v: pd.read_parquet(previous / "scores" / v / SCORES)
+            for v in acquisition(args.strategy).scorers(settings)
         }
+        scores = {v: _split(t, POOL) for v, t in tables.items()}
+        labelled_rows = {v: _split(t, LABELLED) for v, t in tables.items()}
         added = select(
-            args.strategy, settings, pool_ids(rows, before), scores, settings.labels_per_round, seed, round_
+            args.strategy,
+            settings,
+            pool_ids(rows, before),
+            scores,
+            settings.labels_per_round,
+            seed,
+            round_,
+            labelled_rows,
         )
         labelled = before + added
-    info = {"strategy": args.strategy, "seed": seed, "round": round_}
+    info = {"strategy": args.strategy, "seed": seed, "round": round_, "unlabelled": len(ids) - len(labelled)}
     write_round(Path(args.out), data, rows, labelled, added, info)
     log.info(
         "round %d of %s (seed %d): %d labelled, %d added",
@@ -72,9 +82,8 @@ def run(settings: ActiveLearningSettings, args: argparse.Namespace) -> None:
     )
 
 
-def _pool(path: Path) -> pd.DataFrame:
-    frame = pd.read_parquet(path)
-    return frame[frame["split"] == POOL].reset_index(drop=True)
+def _split(frame: pd.DataFrame, split: str) -> pd.DataFrame:
+    return frame[frame["split"] == split].reset_index(drop=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.algorithm.losses import AGGREGATORS
 from prefpipe.grpo.rewards import REWARD_SOURCES, answer_reward_keys
 from prefpipe.grpo.rollout.engines import ENGINES
+from prefpipe.grpo.risk_measures import RISK_MEASURES
 from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
 from prefpipe.settings.dependencies import check_dependencies
@@ -88,6 +89,11 @@ def _check_reward_heads(settings: PipelineSettings, name: str, run: GrpoSettings
                 "entry is a Bayesian head (deep ensembles are of point heads)"
             )
     for pos, spec in enumerate(run.rewards):
+        if spec["type"] == "reward_model" and members and RISK_MEASURES[spec["risk_measure"]].bayesian_only:
+            raise ConfigError(
+                f"grpo.runs.{name}.rewards[{pos}].risk_measure = {spec['risk_measure']} reads a Bayesian head's "
+                f"posterior; grpo.runs.{name}.reward_model = {run.reward_model!r} is a deep ensemble"
+            )
         if spec["type"] != "reward_model" or not spec["risk_aversion"] or members:
             continue
         head = settings.reward[run.reward_model].head.type  # type: ignore[index]

@@ -11,9 +11,10 @@ Reward-model rewards follow what the head offers:
   scalar heads (BT)  the scalar reward r(x, y) (or s(y > y_ref) = r(y) - r(y_ref) against a reference)
   pairwise (GPM)     group-relative preference: r_i = mean_{j != i} s(y_i > y_j | x) over the prompt's G
                      completions, or s(y_i > y_ref | x) against a reference completion (GPO's opponent)
-  Bayesian (bgpm)    the same with the posterior-mean score; risk_aversion lambda > 0 uses s - lambda * std(s)
-                     per comparison (a lower confidence bound, so the policy is not paid for pairs the model is
-                     unsure about)
+  Bayesian (bgpm)    the same with the posterior-mean score; risk_aversion lambda > 0 pays what risk_measure
+                     says per comparison (prefpipe.grpo.risk_measures): sd, s - lambda * std(s) (a lower
+                     confidence bound), or mutual_information, the predictive P(a > b) - lambda * I (the
+                     posterior's mutual information with the label, its epistemic part)
   deep ensemble      (reward.ensemble: a run's reward_model naming an eval.ensembles entry) the members' mean
                      score (scalar members: mean r_m(x, y); else mean s_m per comparison); risk_aversion lambda
                      uses mean - lambda * sd over members (sample sd, n - 1, eval_ensemble's score_sd)
@@ -31,6 +32,7 @@ import torch
 from prefpipe.common.config import ConfigError
 from prefpipe.data.answers import normalize_answer, token_f1  # re-exported: one implementation
 from prefpipe.data.verifier import score
+from prefpipe.grpo.risk_measures import RISK_MEASURES
 
 __all__ = ["normalize_answer", "token_f1"]
 
@@ -135,7 +137,17 @@ class RiskParts:
 class RewardModelReward:
     """Reward from a prefpipe reward model; see the module docstring for the formulas."""
 
-    def __init__(self, rm, *, opponent: str, risk_aversion: float, transform: str, batch_size: int) -> None:
+    def __init__(
+        self,
+        rm,
+        *,
+        opponent: str,
+        risk_aversion: float,
+        transform: str,
+        batch_size: int,
+        risk_measure: str = "sd",
+    ) -> None:
+        self.measure = _risk_measure(rm, risk_measure, transform)
         if opponent not in ("group", "reference"):
             raise ConfigError(f"opponent must be group or reference, got {opponent!r}")
         if transform not in ("none", "sigmoid"):
@@ -149,11 +161,15 @@ class RewardModelReward:
         self.transform, self.batch_size = transform, batch_size
         self.last_risk: RiskParts | None = None  # the last call's score and penalty (risk_aversion > 0 only)
 
-    def _penalty(self, var: torch.Tensor | None) -> torch.Tensor | None:
-        """lambda * sd(s) per comparison; None without risk aversion (or without a posterior variance)."""
-        if not self.risk_aversion or var is None:
-            return None
-        return self.risk_aversion * var.float().reshape(-1).clamp(min=0).sqrt()
+    def _terms(
+        self, score: torch.Tensor, var: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(value, penalty) per comparison: the risk measure's; at k = 0 its value alone (penalty None), which is
+        the score for `sd` and the predictive probability for `mutual_information` (so k = 0 is its control)."""
+        if var is None or not (self.risk_aversion or self.measure.probability_scale):
+            return score, None
+        value, penalty = self.measure.terms(score, var, float(self.rm.tau), self.risk_aversion)
+        return value, penalty if self.risk_aversion else None
 
     def _keep_risk(self, score: torch.Tensor, penalty: torch.Tensor | None, per: int) -> None:
         """Per completion, the mean over its `per` comparisons of the posterior-mean score and of the penalty,
@@ -180,23 +196,32 @@ class RewardModelReward:
             if inputs.reference_completions is None:
                 raise ValueError("reward_model opponent=reference needs reference completions")
             ref = self.rm.encode(inputs.prompts, inputs.reference_completions, batch_size=self.batch_size)
-            score, var = self.rm.compare(enc, ref)
-            penalty = self._penalty(var)
+            score, penalty = self._terms(*self.rm.compare(enc, ref))
             self._keep_risk(score.reshape(-1), penalty, 1)
             return self._finish(score, penalty)
         if self.rm.scalar_reward and not self.risk_aversion:
             return self._finish(self.rm.rewards(enc), None)
         if self.rm.scalar_reward:  # a deep ensemble of scalar heads (a single one has no variance: refused)
-            score, var = self.rm.reward_moments(enc)
-            penalty = self._penalty(var)
+            score, penalty = self._terms(*self.rm.reward_moments(enc))
             self._keep_risk(score, penalty, 1)
             return self._finish(score, penalty)
         first, second = group_pair_index(len(inputs.completions), inputs.group_size)
-        score, var = self.rm.compare(_rows(enc, first), _rows(enc, second))
-        penalty = self._penalty(var)
+        score, penalty = self._terms(*self.rm.compare(_rows(enc, first), _rows(enc, second)))
         self._keep_risk(score.reshape(-1), penalty, inputs.group_size - 1)
         pairwise = self._finish(score, penalty)
         return pairwise.view(-1, inputs.group_size - 1).mean(dim=1)
+
+
+def _risk_measure(rm, name: str, transform: str):
+    """The registered risk measure `name`, checked against the model and the transform."""
+    if name not in RISK_MEASURES:
+        raise ConfigError(f"risk_measure must be one of {sorted(RISK_MEASURES)}, got {name!r}")
+    measure = RISK_MEASURES[name]
+    if measure.bayesian_only and getattr(rm, "members", None) is not None:
+        raise ConfigError(f"risk_measure {name} reads a Bayesian head's posterior; this is a deep ensemble")
+    if measure.probability_scale and transform != "none":
+        raise ConfigError(f"risk_measure {name} already pays a probability; transform must be none")
+    return measure
 
 
 # ----------------------------------------------------------------------------------------- registry
@@ -252,7 +277,7 @@ def _format_source(spec: dict[str, Any], reward_model) -> RewardFn:
 
 @register_reward_source(
     "reward_model",
-    keys=("opponent", "risk_aversion", "transform", "batch_size"),
+    keys=("opponent", "risk_aversion", "risk_measure", "transform", "batch_size"),
     needs_reference=lambda spec: spec["opponent"] == "reference",
 )
 def _reward_model_source(spec: dict[str, Any], reward_model) -> RewardFn:
@@ -264,6 +289,7 @@ def _reward_model_source(spec: dict[str, Any], reward_model) -> RewardFn:
         risk_aversion=spec["risk_aversion"],
         transform=spec["transform"],
         batch_size=int(spec["batch_size"]),
+        risk_measure=spec["risk_measure"],
     )
 
 

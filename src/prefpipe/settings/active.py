@@ -28,6 +28,14 @@ class ActiveLearningSettings(RunSettings):
     # fixed: the learner keeps its variant's max_kl_weight; labelled: times (training pairs / labelled pairs) of
     # the round, so "batch / dataset size" holds for the set it trains on (prefpipe.active.kl_weight)
     kl_weight: str
+    # the curve's anchor target: this fraction of the last round's accuracy (the full-data accuracy when the
+    # last round labels every training pair), prefpipe.active.curve.fraction_table
+    target_fraction: float
+    posterior_samples: int  # seeded posterior draws of P(a > b) per pool pair (a Bayesian learner; 0: none)
+    joint_configs: int  # BatchBALD: joint labels enumerated up to this count, then as many sampled
+    epig_targets: int  # EPIG: target pairs, a seeded sample of the pool
+    diversity_weight: float  # BAL-PM: weight of the prompt features' entropy gain beside the BALD
+    diversity_neighbours: int  # BAL-PM: k of the k-th-neighbour entropy estimate
     # The ensemble's members (eval.ensembles[ensemble]); derived by PipelineSettings, not a config key.
     members: list[str]
 

@@ -1,6 +1,7 @@
 """Active learning (docs/findings/ACTIVE_LEARNING.md), from results/active_learning/summary.json: the learner's test accuracy
 after each round per acquisition strategy (mean and sd over seeds) and the labels each strategy needs to reach
-random selection's final accuracy, with the share of random's labels saved (the b-gpm paper's headline use)."""
+random selection's final accuracy, with the share of random's labels saved (the b-gpm paper's headline use), and the
+anchors' own measure: the labels to reach a fraction of the full-data accuracy, and how many fewer than random."""
 
 from __future__ import annotations
 
@@ -78,6 +79,26 @@ def _needed_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def _full_data_table(summary: dict[str, Any]) -> Table | None:
+    full = summary.get("full_data")
+    if not full:
+        return None
+    rows = []
+    for strategy, row in full["strategies"].items():
+        per_seed = ", ".join(NA if v is None else f"{v:.0f}" for v in row["per_seed"].values())
+        reached = f"{row['reached']}/{len(row['per_seed'])}"
+        fewer = _percent(row.get("fewer_than_reference"))
+        rows.append([strategy, _pm(row.get("labels"), ".0f"), fewer, per_seed, reached])
+    of = "the full-data accuracy" if full["whole_pool"] else "the last round's accuracy (not the whole pool)"
+    caption = (
+        f"Labels needed to reach {full['fraction']:g} x {of} of random selection on the same seed, linearly "
+        "interpolated between rounds; fewer than random: 1 - needed / random's needed for the same target, "
+        "per seed, mean ± sd (shown only when every seed of both reaches it)."
+    )
+    columns = ["Strategy", "Labels needed (mean ± sd)", "Fewer than random (%)", "Per seed", "Seeds reaching"]
+    return Table(f"Labels to reach {full['fraction']:g} of {of}", columns, rows, caption)
+
+
 def build(ctx: Context) -> Section | None:
     summary = ctx.tree.summary(KIND)
     if not summary:
@@ -98,6 +119,9 @@ def build(ctx: Context) -> Section | None:
     needed = _needed_table(summary)
     if needed is not None:
         blocks.append(needed)
+    full = _full_data_table(summary)
+    if full is not None:
+        blocks.append(full)
     return Section(TITLE, blocks, ANCHOR)
 
 
