@@ -25,8 +25,8 @@ from prefpipe.data.synthetic_world import SUBSETS
 from prefpipe.data.verifier import check_verifier
 from prefpipe.grpo.algorithm.losses import AGGREGATORS
 from prefpipe.grpo.rewards import REWARD_SOURCES, answer_reward_keys
-from prefpipe.grpo.rollout.engines import ENGINES
 from prefpipe.grpo.risk_measures import RISK_MEASURES
+from prefpipe.grpo.rollout.engines import ENGINES
 from prefpipe.reward.heads.registry import check_head_settings, get_head_class
 from prefpipe.settings.data import NO_VERIFIER
 from prefpipe.settings.dependencies import check_dependencies
