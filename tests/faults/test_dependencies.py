@@ -63,7 +63,12 @@ def test_installed_reads_the_environment():
 @pytest.mark.skipif(installed("liger_kernel"), reason="liger-kernel is installed here: nothing to refuse")
 def test_liger_kernels_without_the_package_are_refused_at_parse_time():
     with pytest.raises(ConfigError) as info:
-        pipeline({"reward": {"only": ["bt"], "defaults": {"backbone": {"kernels": "liger"}}}, "grpo": {"only": ["verifier"]}})
+        pipeline(
+            {
+                "reward": {"only": ["bt"], "defaults": {"backbone": {"kernels": "liger"}}},
+                "grpo": {"only": ["verifier"]},
+            }
+        )
     message = str(info.value)
     assert message.startswith("reward.variants.bt.backbone.kernels = liger needs the 'liger_kernel' package")
     assert "pip install liger-kernel" in message
