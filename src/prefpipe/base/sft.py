@@ -3,6 +3,11 @@
 Rows are formatted with `prefpipe.common.chat.format_pair`, the same text every later stage uses, and the
 prompt part is found by tokenising `format_prompt` alone: the chat template ends the prompt with a special
 token, so its tokens are an exact prefix of the full sequence (checked per row).
+
+A multi-turn demonstration (a row with `turns`: [{owner: policy | environment, text}], the tool-use episodes of
+prefpipe.data.synthetic_multihop) is tokenised turn by turn, as a multi-turn rollout builds its episode (each
+environment result encoded on its own, grpo/rollout/episodes): loss on the policy's turns and the reply end,
+none on the environment's text (the policy must learn to call the tool, not to write its results).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from prefpipe.common.chat import format_pair, format_prompt
+from prefpipe.common.chat import format_pair, format_prompt, reply_end
 from prefpipe.common.config import ConfigError, DataError
 from prefpipe.common.progress import Progress
 from prefpipe.settings.base import SFTSettings
@@ -47,18 +52,12 @@ def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> 
         if not response.strip():
             data.skipped["empty_response"] += 1
             continue
-        ids = tokenizer(format_pair(tokenizer, prompt, response), add_special_tokens=False)["input_ids"]
-        prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-        if ids[: len(prompt_ids)] != prompt_ids:
-            raise ValueError(
-                f"demonstrations row {index}: prompt tokens are not a prefix of prompt+response tokens; "
-                "the tokenizer's chat template must end the prompt on a token boundary"
-            )
+        ids, labels = _encode_row(tokenizer, row, index)
         if len(ids) > max_length:
             data.skipped["too_long"] += 1
             shortest = min(shortest, len(ids))
             continue
-        data.examples.append((ids, [IGNORE] * len(prompt_ids) + ids[len(prompt_ids) :]))
+        data.examples.append((ids, labels))
     if not data.examples and data.skipped["too_long"]:
         raise ConfigError(
             f"base.sft.max_length: {max_length} tokens is below every demonstration (the shortest has "
@@ -67,6 +66,36 @@ def encode_demonstrations(tokenizer: Any, rows: list[dict], max_length: int) -> 
     if not data.examples:
         raise DataError(f"no usable demonstrations (skipped: {dict(data.skipped)})")
     return data
+
+
+def _encode_row(tokenizer: Any, row: dict, index: int) -> tuple[list[int], list[int]]:
+    """(input ids, labels) of one demonstration: prompt tokens IGNORE, response tokens their own."""
+    prompt, response = row["prompt"], row["response"]
+    prompt_ids = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    if row.get("turns"):
+        return _encode_turns(tokenizer, prompt_ids, row["turns"], index)
+    ids = tokenizer(format_pair(tokenizer, prompt, response), add_special_tokens=False)["input_ids"]
+    if ids[: len(prompt_ids)] != prompt_ids:
+        raise ValueError(
+            f"demonstrations row {index}: prompt tokens are not a prefix of prompt+response tokens; "
+            "the tokenizer's chat template must end the prompt on a token boundary"
+        )
+    return ids, [IGNORE] * len(prompt_ids) + ids[len(prompt_ids) :]
+
+
+def _encode_turns(
+    tokenizer: Any, prompt_ids: list[int], turns: list[dict], index: int
+) -> tuple[list[int], list[int]]:
+    """A multi-turn demonstration turn by turn: the environment's text carries no loss."""
+    ids, labels = list(prompt_ids), [IGNORE] * len(prompt_ids)
+    end = reply_end(tokenizer) or ""
+    for turn in [*turns, {"owner": "policy", "text": end}]:
+        if turn.get("owner") not in ("policy", "environment") or not isinstance(turn.get("text"), str):
+            raise DataError(f"demonstrations row {index}: a turn needs owner policy|environment and a text")
+        part = tokenizer(turn["text"], add_special_tokens=False)["input_ids"]
+        ids += part
+        labels += part if turn["owner"] == "policy" else [IGNORE] * len(part)
+    return ids, labels
 
 
 def collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:

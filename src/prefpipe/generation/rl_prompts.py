@@ -1,7 +1,8 @@
 """RL prompt rows ({"id", "prompt", "answer", "aliases", "kind"}) for GRPO and policy evaluation, checked row by row.
 
 `answer` is null only for prompts without answers (kind "none", reward-model-only GRPO); `aliases` (accepted
-alternative answers) may be absent (the synthetic world writes none) and is read as an empty list.
+alternative answers) may be absent (the synthetic world writes none) and is read as an empty list. A multi-hop
+row's `paragraphs` ([{title, text, is_supporting}], what a multi-turn run's search environment reads) are kept.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
         if not isinstance(aliases, list):
             skipped["bad_aliases"] += 1
             continue
+        paragraphs = row.get("paragraphs")
+        if paragraphs is not None and not _paragraphs_ok(paragraphs):
+            skipped["bad_paragraphs"] += 1
+            continue
         row_id = str(row["id"])
         if row_id in seen:
             skipped["duplicate_id"] += 1
@@ -54,6 +59,7 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
                 "answer": answer,
                 "aliases": [str(a) for a in aliases],
                 "kind": str(row["kind"]),
+                **({"paragraphs": paragraphs} if paragraphs is not None else {}),
             }
         )
     if not rows:
@@ -61,6 +67,13 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
     if limit is not None:
         rows = rows[:limit]
     return rows, dict(skipped)
+
+
+def _paragraphs_ok(paragraphs: object) -> bool:
+    """A list of {"text": str, ...} mappings (title and is_supporting optional)."""
+    return isinstance(paragraphs, list) and all(
+        isinstance(p, dict) and isinstance(p.get("text"), str) for p in paragraphs
+    )
 
 
 def has_answers(rows: list[dict]) -> bool:

@@ -37,6 +37,10 @@ EPISODE_ENV_TOKEN_SHARE, EPISODE_LENGTH_MEAN, EPISODE_LENGTH_MAX = (
     "episode/length_max",
 )
 EPISODE_CONTEXT_CUT, EPISODE_ANSWERED = "episode/context_cut_rate", "episode/answered_rate"
+# grpo/rollout/episodes/measures.py: supporting titles retrieved, answer in a result, and per turn {turn} (0-based)
+# the context length the next turn reads and the share of episodes the token budget ended there (H04).
+EPISODE_SUPPORT_RECALL, EPISODE_ANSWER_FOUND = "episode/support_recall", "episode/answer_in_results"
+EPISODE_CONTEXT_TURN, EPISODE_TRUNCATED_TURN = "episode/context_turn{turn}", "episode/truncated_turn{turn}"
 # The verifier on every training batch whose prompts have answers, optimised or not (Gao et al.'s "gold" signal
 # beside the reward model's "proxy" score): share of completions it accepts, mean and std of its score.
 VERIFIER_ACCURACY, VERIFIER_SCORE_MEAN, VERIFIER_SCORE_STD = (

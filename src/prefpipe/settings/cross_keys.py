@@ -71,8 +71,34 @@ def _reward_rules(s: Any) -> list[Refusal]:  # RewardSettings
     return found
 
 
+def _episode_rules(s: Any) -> list[Refusal]:  # GrpoSettings with episodes
+    if not s.episodes.enabled:
+        return []
+    found: list[Refusal] = []
+    if s.rollout.engine != "plain":
+        found.append(
+            (
+                "episodes.enabled",
+                f"true with rollout.engine = {s.rollout.engine!r}: multi-turn episodes are rolled out by the "
+                "plain engine only; set rollout.engine: plain (or episodes.enabled: false)",
+            )
+        )
+    if s.uses_reward_model():
+        found.append(
+            (
+                "episodes.enabled",
+                "true with a reward_model reward: episodes are scored on their final answer by rule rewards "
+                "(verifier, exact_match, token_f1); drop the reward_model reward (or episodes.enabled: false)",
+            )
+        )
+    return found
+
+
 def _grpo_rules(s: Any) -> list[Refusal]:  # GrpoSettings
-    return [_resamples("eval.bootstrap_samples", s.eval.bootstrap_samples, s.eval.confidence)]
+    return [
+        _resamples("eval.bootstrap_samples", s.eval.bootstrap_samples, s.eval.confidence),
+        *_episode_rules(s),
+    ]
 
 
 def _eval_rules(s: Any) -> list[Refusal]:  # EvalSettings

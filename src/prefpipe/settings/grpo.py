@@ -38,6 +38,25 @@ class RolloutSettings:
 
 
 @dataclass
+class EpisodeSettings:
+    """Multi-turn rollouts (prefpipe.grpo.rollout.episodes): the policy calls the environment's tools and reads
+    their results until it answers or hits a limit; off = single-turn completions."""
+
+    enabled: bool
+    environment: str  # a registered environment (prefpipe.grpo.environments.registry)
+    options: dict[str, dict[str, Any]]  # each environment's options; the chosen one's go to its factory
+    tool_format: str  # tags (grpo/rollout/episodes/format.py)
+    max_turns: int
+    max_turn_tokens: int
+    max_episode_tokens: int  # context after the prompt, policy and environment tokens together (H04)
+    max_result_chars: int  # a longer tool result is cut (counted as result_cut)
+
+    def environment_spec(self) -> dict[str, Any]:
+        """The registry's spec of the chosen environment: its type and its options."""
+        return {"type": self.environment, **self.options.get(self.environment, {})}
+
+
+@dataclass
 class PolicyEvalSettings:
     primary: str  # headline decoding: sampled | greedy (both are always reported)
     max_new_tokens: int
@@ -94,6 +113,7 @@ class GrpoSettings(RunSettings):
     logprob_chunk_tokens: int  # 0 = plain; N: the output layer over N positions at a time (grpo/logprobs.py)
     lora: GrpoLoraSettings
     rollout: RolloutSettings
+    episodes: EpisodeSettings
     rewards: list[dict[str, Any]]  # complete specs: the schema fills each source's defaults
     reward_model: str | None
     sample_every: int
@@ -110,6 +130,11 @@ class GrpoSettings(RunSettings):
     def kl_to_reference(self) -> bool:
         """The loss has a KL term to the reference policy (beta != 0), so it needs the reference's log-probs."""
         return not no_kl_term(self.beta)
+
+    @property
+    def sampled_tokens(self) -> int:
+        """Most tokens one rollout row samples: a completion's max_new_tokens, or an episode's whole budget."""
+        return self.episodes.max_episode_tokens if self.episodes.enabled else self.max_new_tokens
 
     def uses_reward_model(self) -> bool:
         return any(spec["type"] == "reward_model" for spec in self.rewards)

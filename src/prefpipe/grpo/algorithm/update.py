@@ -270,7 +270,7 @@ def update(learner: Learner, batch: StepBatch) -> dict[str, float]:
     if not loss_tokens:
         log.warning("no completion token carries loss this step (all truncated and masked): no update")
         return {"update_skipped": 1.0, "num_loss_tokens": 0, PROMPT_LOSS_SHARE: 0.0, ENV_LOSS_SHARE: 0.0}
-    norms = BatchNorms(n_global, loss_tokens, n_spans, s.max_new_tokens)
+    norms = BatchNorms(n_global, loss_tokens, n_spans, s.sampled_tokens)
     with learner.phase("logprobs"):  # old (num_iterations > 1) and reference log-probs, without gradients
         frozen = frozen_logprobs(learner, micro)
     first = FirstPass.zeros(n, width, learner.device, s.kl_to_reference)

@@ -183,7 +183,7 @@ def step_table(
         rollout, settings.mask_mode, settings.mask_truncated_completions, settings.micro_batch_size
     )
     n = rollout.completion_ids.shape[0]
-    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), settings.max_new_tokens)
+    norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), settings.sampled_tokens)
     table = StepTable(step, settings.loss_type, settings.beta, norms.num_tokens, n, 0.0)
     policy.train()  # the trainer scores in train mode
     for sp in spans:

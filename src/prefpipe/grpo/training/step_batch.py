@@ -39,19 +39,24 @@ def step_uniforms(settings: GrpoSettings, n_rows: int, step: int) -> torch.Tenso
     the tokens they would draw in a one-process run."""
     return torch.rand(
         n_rows * settings.num_generations,
-        settings.max_new_tokens,
+        settings.sampled_tokens,
         generator=torch.Generator().manual_seed(settings.seed * 100_003 + step),
     )
 
 
 def reward_inputs(
-    rows: list[dict], rollout: Rollout, group_size: int, refs: list[str] | None
+    rows: list[dict],
+    rollout: Rollout,
+    group_size: int,
+    refs: list[str] | None,
+    scored: list[str] | None = None,
 ) -> RewardInputs:
-    """The reward functions' view of a rollout: each prompt's fields repeated for its G completions."""
+    """The reward functions' view of a rollout: each prompt's fields repeated for its G completions; `scored`
+    replaces the texts the rewards read (a multi-turn episode's final answer)."""
     G = group_size
     return RewardInputs(
         prompts=[conversation(r) for r in rows for _ in range(G)],
-        completions=rollout.texts,
+        completions=rollout.texts if scored is None else scored,
         answers=[r["answer"] for r in rows for _ in range(G)],
         kinds=[r["kind"] for r in rows for _ in range(G)],
         aliases=[r.get("aliases", []) for r in rows for _ in range(G)],

@@ -36,6 +36,7 @@ from prefpipe.grpo.policy_eval.curve import LearningCurve
 from prefpipe.grpo.rewards import RewardModelReward, WeightedReward, needs_reference_completions
 from prefpipe.grpo.rollout.completions import GenerationSettings, generate
 from prefpipe.grpo.rollout.engines import build_engine
+from prefpipe.grpo.training.episode_steps import EpisodeSteps
 from prefpipe.grpo.training.step_batch import reward_inputs, score_batch, select_prompts, step_uniforms
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -85,6 +86,8 @@ class GRPOTrainer:
         self.optimizer = make_adamw(self.params, settings)
         # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
         self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp)
+        # multi-turn runs: episodes with the run's environment, on the plain engine (grpo/training/episode_steps.py)
+        self.episodes = EpisodeSteps(settings) if settings.episodes.enabled else None
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}
@@ -132,16 +135,28 @@ class GRPOTrainer:
         uniforms = uniforms[share.start * G : share.stop * G]
         prompts = [conversation(r) for r in rows]
         # rollout: the policy's samples, and the reference's greedy replies a reward needs
+        answers, episode_metrics = None, {}
         with clock.phase("rollout"):
-            rollout = self.engine.generate(
-                self.policy, self.tokenizer, prompts, uniforms, settings.seed * 100_003 + step, share.start
-            )
+            if self.episodes is not None:
+                rollout, answers, episode_metrics = self.episodes.step(
+                    self.policy, self.tokenizer, rows, uniforms
+                )
+            else:
+                rollout = self.engine.generate(
+                    self.policy,
+                    self.tokenizer,
+                    prompts,
+                    uniforms,
+                    settings.seed * 100_003 + step,
+                    share.start,
+                )
             refs = None
             if self.needs_ref_completions:
                 refs = [text for text in self._reference_completions(rows) for _ in range(G)]
-        with clock.phase("reward"):
-            sampled = (rows, rollout, reward_inputs(rows, rollout, G, refs))
-            return score_batch(settings, self.rewards, self.dp, share, sampled, self.device)
+        with clock.phase("reward"):  # an episode's reward scores its final answer
+            sampled = (rows, rollout, reward_inputs(rows, rollout, G, refs, answers))
+            batch, metrics = score_batch(settings, self.rewards, self.dp, share, sampled, self.device)
+        return batch, {**metrics, **episode_metrics}
 
     # ------------------------------------------------------------------------------------------ update
     def _update(self, batch: StepBatch, clock: PhaseClock | None = None) -> dict[str, float]:

@@ -34,6 +34,7 @@ class EpisodeBatch:
     rollout: Rollout  # the trainer's view: environment tokens have env_mask 0
     episodes: list[Episode]  # prompt-major, G per prompt
     errors: Counter  # environment failures by kind over every row
+    retrieved: list[list[str] | None]  # per row: what its environment retrieved (None: it does not retrieve)
 
     def metrics(self) -> dict[str, float]:
         eps, n = self.episodes, max(len(self.episodes), 1)
@@ -88,5 +89,12 @@ def generate_episodes(
     finally:
         model.train(was_training)
     errors = sum((s.counts for s in runners), Counter())
+    retrieved = [_retrieved(s.environment) for s in runners]
     rollout = episode_rollout(tokenizer, batch, group_size, episodes, pad_token_id(tokenizer), device)
-    return EpisodeBatch(rollout, episodes, errors)
+    return EpisodeBatch(rollout, episodes, errors, retrieved)
+
+
+def _retrieved(environment) -> list[str] | None:
+    """The titles a retrieving environment returned in its episode (`retrieved`, as search keeps them)."""
+    got = getattr(environment, "retrieved", None)
+    return None if got is None else list(got)

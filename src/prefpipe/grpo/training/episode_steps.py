@@ -1,0 +1,82 @@
+"""A multi-turn run's rollouts (grpo.<run>.episodes): each prompt's G episodes on the plain engine, what the
+rewards score (the final answer, "" when the episode gave none), and the step's episode metrics.
+
+The rollout's completion is the whole episode after the prompt with the environment's tokens masked out of the
+loss and the KL (env_mask 0, grpo/rollout/episodes/episode.py); rewards and group-relative advantages are per
+episode, as for single-turn completions. The prompt is the row's own (a multi-turn task's prompt states the
+tool format, as the data stage writes it). Episode metrics are over this process's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from prefpipe.common.chat import conversation
+from prefpipe.grpo.environments.base import EnvironmentRunner
+from prefpipe.grpo.environments.registry import build_environment
+from prefpipe.grpo.rollout.completions import Rollout
+from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
+from prefpipe.grpo.rollout.episodes.format import build_tool_format
+from prefpipe.grpo.rollout.episodes.generate import EpisodeBatch, generate_episodes
+from prefpipe.grpo.rollout.episodes.measures import step_measures
+from prefpipe.settings.grpo import GrpoSettings
+
+
+class EpisodeSteps:
+    """Builds the run's environment (failing at construction, naming the key) and rolls out its episodes."""
+
+    def __init__(self, settings: GrpoSettings) -> None:
+        ep = settings.episodes
+        self.settings, self.spec = settings, ep.environment_spec()
+        try:
+            build_environment(self.spec)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"grpo.{settings.run}.episodes ({ep.environment}): {exc}") from exc
+        self.fmt = build_tool_format(ep.tool_format)
+        self.limits = EpisodeLimits(ep.max_turns, ep.max_turn_tokens, ep.max_episode_tokens)
+
+    def runner(self) -> EnvironmentRunner:
+        return EnvironmentRunner(build_environment(self.spec), self.settings.episodes.max_result_chars)
+
+    def generate(
+        self,
+        policy: torch.nn.Module,
+        tokenizer,
+        rows: list[Mapping[str, Any]],
+        uniforms: torch.Tensor | None,
+        group_size: int,
+        temperature: float | None = None,
+    ) -> EpisodeBatch:
+        """group_size episodes per row; `uniforms` (rows x G, max_episode_tokens) fix the samples, None = greedy."""
+        s = self.settings
+        sampling = Sampling(uniforms, s.temperature if temperature is None else temperature, s.top_k, s.top_p)
+        return generate_episodes(
+            policy,
+            tokenizer,
+            list(rows),
+            [conversation(dict(r)) for r in rows],
+            group_size,
+            self.runner,
+            self.fmt,
+            self.limits,
+            sampling,
+            s.max_prompt_length,
+        )
+
+    def step(
+        self, policy: torch.nn.Module, tokenizer, rows: list[dict], uniforms: torch.Tensor
+    ) -> tuple[Rollout, list[str], dict[str, float]]:
+        """A training step's (rollout, each episode's final answer, episode metrics)."""
+        G = self.settings.num_generations
+        batch = self.generate(policy, tokenizer, rows, uniforms, G)
+        metrics = batch.metrics()
+        prompt_tokens = batch.rollout.prompt_mask.sum(1).tolist()
+        per_row = [r for r in rows for _ in range(G)]
+        measures = step_measures(
+            batch.episodes, per_row, batch.retrieved, prompt_tokens, self.limits.max_turns
+        )
+        metrics.update({k: v for k, v in measures.items() if v is not None})  # a row holds numbers only
+        return batch.rollout, [ep.answer or "" for ep in batch.episodes], metrics

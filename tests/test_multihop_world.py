@@ -1,0 +1,111 @@
+"""The synthetic multi-hop world: deterministic, held-out questions disjoint from training ones, answers that need
+both searches, demonstrations whose environment text is exactly what the real search environment and the tag
+format produce, the verifier's exact match / F1 with aliases by hand, and SFT that trains the policy's turns only."""
+
+from __future__ import annotations
+
+import pytest
+from support.models import chat_tokenizer
+
+from prefpipe.base.sft import IGNORE, encode_demonstrations
+from prefpipe.data.synthetic_multihop import multihop_world
+from prefpipe.data.verifier import score
+from prefpipe.grpo.environments.base import EnvironmentRunner
+from prefpipe.grpo.environments.registry import build_environment
+from prefpipe.grpo.rollout.episodes.format import CALL, TagFormat
+from prefpipe.grpo.rollout.episodes.measures import support_recall, supporting_titles
+
+SEARCH = {"type": "search", "corpus": "row", "top_k": 1, "k1": 1.5, "b": 0.75}
+
+
+@pytest.fixture(scope="module")
+def world():
+    return multihop_world(seed=3, train=40, heldout=20, demonstrations=30, distractors=2)
+
+
+def test_the_world_is_deterministic_and_seeded(world):
+    assert multihop_world(3, 40, 20, 30, 2) == world
+    assert multihop_world(4, 40, 20, 30, 2)[1] != world[1]
+    train, held, demos = world
+    assert (len(train), len(held), len(demos)) == (40, 20, 30)
+
+
+def _names(rows: list[dict]) -> set[str]:
+    """Every company name and surname the rows' supporting paragraphs mention."""
+    out = set()
+    for r in rows:
+        for p in r["paragraphs"]:
+            if p["is_supporting"]:
+                out.add(p["title"].split()[-1])
+                out.add(p["text"].removesuffix(".").split()[-1])
+    return out
+
+
+def test_heldout_questions_share_no_entity_with_training_or_demonstrations(world):
+    train, held, demos = world
+    assert not _names(held) & _names(train)
+    demo_words = {
+        w.strip(".:") for d in demos for w in d["response"].replace("<", " ").replace(">", " ").split()
+    }
+    assert not _names(held) & demo_words
+    assert not {r["prompt"] for r in held} & {r["prompt"] for r in train}
+    for row in held + train:
+        assert row["answer"] not in row["prompt"] and len(supporting_titles(row)) == 2
+        assert row["kind"] == "exact_match" and row["aliases"] == [row["answer"].split()[-1]]
+
+
+def test_demonstrations_replay_exactly_through_the_real_environment(world):
+    """Running each demonstration's calls through search (top 1, the row's paragraphs) and the tag format gives
+    its environment turns byte for byte, and the two searches retrieve both supporting paragraphs."""
+    fmt = TagFormat()
+    train, _, demos = world
+    for demo in demos:
+        runner = EnvironmentRunner(build_environment(SEARCH), max_result_chars=400)
+        # a demonstration carries its turns only: its corpus is the paragraphs its results show
+        paragraphs = [
+            {"title": t["text"].split("] ", 1)[1].split(": ", 1)[0], "text": t["text"].split(": ", 1)[1][: -len("</result>\n")]}
+            for t in demo["turns"] if t["owner"] == "environment"
+        ]  # fmt: skip
+        runner.reset({"paragraphs": paragraphs})
+        for policy, env in zip(demo["turns"][0::2], demo["turns"][1::2], strict=False):
+            end = fmt.turn_end(policy["text"], at_eos=False)
+            assert end.kind == CALL
+            assert fmt.render(runner.run(end.call)) == env["text"]
+        assert demo["response"] == "".join(t["text"] for t in demo["turns"])
+    # on the RL rows' own corpora (with distractors): the perfect searcher's two queries find both supports
+    for row in train[:10]:
+        runner = EnvironmentRunner(build_environment(SEARCH), max_result_chars=400)
+        runner.reset(row)
+        company = row["prompt"].rstrip("?").split()[-1]
+        first = runner.run(fmt.turn_end(f"<search>{company}</search>", False).call).text
+        founder = first.removesuffix(".").split(" was founded by ")[-1]
+        second = runner.run(fmt.turn_end(f"<search>{founder}</search>", False).call).text
+        assert second.endswith(f"was mentored by {row['answer']}.")
+        assert support_recall(supporting_titles(row), runner.environment.retrieved) == 1.0
+
+
+def test_exact_match_and_f1_with_aliases_by_hand():
+    answer, aliases = "Karu Rivoma", ["Rivoma"]
+    assert score("exact_match", answer, "karu  rivoma.", aliases) == 1.0  # SQuAD normalisation
+    assert score("exact_match", answer, "Rivoma", aliases) == 1.0  # the alias
+    assert score("exact_match", answer, "Karu", aliases) == 0.0
+    # F1 of "Karu Dapo" vs "Karu Rivoma": 1 shared token, P = 1/2, R = 1/2 -> 0.5; vs the alias: 0
+    assert score("token_f1", answer, "Karu Dapo", aliases) == pytest.approx(0.5)
+    # "Rivoma Dapo" vs alias "Rivoma": P = 1/2, R = 1 -> 2/3; vs the answer: P = 1/2, R = 1/2 -> 1/2; best 2/3
+    assert score("token_f1", answer, "Rivoma Dapo", aliases) == pytest.approx(2 / 3)
+
+
+def test_sft_trains_the_policy_turns_and_not_the_environment_text(world):
+    tok = chat_tokenizer()
+    demo = world[2][0]
+    data = encode_demonstrations(tok, [demo], max_length=10_000)
+    ids, labels = data.examples[0]
+    pieces = [(t["owner"], tok(t["text"], add_special_tokens=False)["input_ids"]) for t in demo["turns"]]
+    tail = [tok_id for _, part in pieces for tok_id in part] + tok(tok.eos_token, add_special_tokens=False)[
+        "input_ids"
+    ]
+    assert ids[-len(tail) :] == tail  # turn by turn, as the rollout builds an episode
+    want = [x for owner, part in pieces for x in (part if owner == "policy" else [IGNORE] * len(part))]
+    want += tok(tok.eos_token, add_special_tokens=False)["input_ids"]
+    assert labels[-len(tail) :] == want
+    assert all(label == IGNORE for label in labels[: len(ids) - len(tail)])  # the prompt

@@ -1,0 +1,129 @@
+"""A multi-turn GRPO run through the real train_grpo stage: a tiny Llama taught the tag format searches, reads and
+answers; two steps roll out episodes on the plain engine, reward their final answers, train with the
+environment's tokens masked, and log the episode metrics per step. The vLLM engine (and a reward model) with
+episodes is refused naming the keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.episodes import DEMOS, PARAGRAPHS, teach
+from support.models import chat_tokenizer, tiny_llama
+from support.settings import grpo_settings, stage_json
+from support.stages import run_main
+
+from prefpipe import train_grpo
+from prefpipe.common.config import ConfigError
+from prefpipe.common.io import read_jsonl, write_jsonl
+from prefpipe.grpo.metric_names import (
+    ENV_LOSS_SHARE,
+    EPISODE_ANSWER_FOUND,
+    EPISODE_ANSWERED,
+    EPISODE_CALLS,
+    EPISODE_CONTEXT_TURN,
+    EPISODE_ENV_ERRORS,
+    EPISODE_ENV_TOKEN_SHARE,
+    EPISODE_SUPPORT_RECALL,
+    EPISODE_TRUNCATED_TURN,
+    EPISODE_TURNS,
+)
+
+SUPPORTING = {"Which animal barks?": "Dogs", "Where do birds fly?": "Birds"}
+EPISODES = {
+    "enabled": True,
+    "options": {"search": {"top_k": 1}},
+    "max_turns": 3,
+    "max_turn_tokens": 40,
+    "max_episode_tokens": 150,
+}
+RUN = {
+    "steps": 2,
+    "prompts_per_step": 2,
+    "num_generations": 2,
+    "learning_rate": 1e-3,
+    "beta": 0.04,
+    "temperature": 0.7,
+    "sample_every": 1,
+    "checkpoint_every": 0,
+    "episodes": EPISODES,
+    "rewards": [{"type": "exact_match", "weight": 1.0}],
+}
+
+
+def _rows() -> list[dict]:
+    return [
+        {
+            "id": f"q{i}",
+            "prompt": prompt,
+            "answer": turns[-1][len("<answer>") : -len("</answer>")],
+            "aliases": ["the " + turns[-1][len("<answer>") : -len("</answer>")]],
+            "kind": "exact_match",
+            "paragraphs": [{**p, "is_supporting": p["title"] == SUPPORTING[prompt]} for p in PARAGRAPHS],
+        }
+        for i, (prompt, turns) in enumerate(DEMOS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multiturn")
+    tok = chat_tokenizer()
+    teach(tiny_llama(tok, hidden=64), tok).save_pretrained(root / "policy")
+    tok.save_pretrained(root / "policy")
+    write_jsonl(root / "data" / "rl_prompts_train.jsonl", _rows())
+    write_jsonl(root / "data" / "rl_prompts_heldout.jsonl", _rows())
+    return root
+
+
+def test_two_multiturn_steps_through_the_stage_log_the_episode_metrics(folders):
+    out = folders / "grpo" / "multi"
+    settings = grpo_settings(RUN, run="multi", seed=0)
+    code, _ = run_main(
+        train_grpo.main, stage_json(settings), data=folders / "data", policy=folders / "policy", out=out
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["all_finite"]
+    metrics = read_jsonl(out / "metrics.jsonl")
+    for m in metrics:
+        assert 1 <= m[EPISODE_TURNS] <= 3 and 0 <= m[EPISODE_CALLS] <= 2
+        assert 0 < m[EPISODE_ENV_TOKEN_SHARE] < 1  # taught to search: every episode holds a result
+        assert m[ENV_LOSS_SHARE] == 0.0  # the correct mask: no loss token is the environment's
+        assert 0 <= m[EPISODE_ENV_ERRORS.format(kind="malformed_call")] <= m[EPISODE_CALLS]
+        assert 0 <= m[EPISODE_ANSWERED] <= 1 and 0 <= m[EPISODE_ANSWER_FOUND] <= 1
+        assert 0 <= m[EPISODE_SUPPORT_RECALL] <= 1
+        # the first result lands after the prompt and the first turn; later turns only add tokens
+        contexts = [m.get(EPISODE_CONTEXT_TURN.format(turn=k)) for k in range(3)]
+        assert contexts[0] > 10
+        assert all(b is None or b >= a for a, b in zip(contexts, contexts[1:], strict=False) if a is not None)
+        assert 0 <= m[EPISODE_TRUNCATED_TURN.format(turn=0)] <= 1
+        assert m["reward/exact_match_mean"] == pytest.approx(m["reward_mean"])
+    # the taught policy searches the demonstration's query: the supporting paragraph comes back at step 0
+    assert metrics[0][EPISODE_SUPPORT_RECALL] > 0.5 and metrics[0][EPISODE_ANSWER_FOUND] > 0.5
+    print({k: round(v, 3) for k, v in metrics[-1].items() if k.startswith(("episode/", "reward", "env_"))})
+    samples = read_jsonl(out / "samples.jsonl")
+    assert any("<result>" in s["completion"] for s in samples)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"rollout": {"engine": "vllm"}}, ("episodes.enabled", "rollout.engine", "plain")),
+        (
+            {"reward_model": "gpm", "rewards": [{"type": "reward_model", "weight": 1.0}]},
+            ("episodes.enabled", "reward_model"),
+        ),
+    ],
+)
+def test_episodes_refuse_the_vllm_engine_and_reward_models(change, words):
+    with pytest.raises(ConfigError) as err:
+        grpo_settings({**RUN, **change}, run="multi")
+    assert all(w in str(err.value) for w in words)
+
+
+def test_an_unknown_environment_is_refused_naming_it():
+    with pytest.raises(ConfigError, match="unknown environment 'nope'"):
+        from prefpipe.grpo.training.episode_steps import EpisodeSteps
+
+        EpisodeSteps(grpo_settings({**RUN, "episodes": {**EPISODES, "environment": "nope"}}, run="multi"))
