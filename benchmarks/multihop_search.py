@@ -3,7 +3,7 @@ default config's tokenizer and model sizes) on the world's tool-call demonstrati
 episodes on held-out questions through the real search environment, and print exact match, tool calls per
 episode, support recall and the seconds each part took.
 
-python benchmarks/multihop_search.py [--steps 300] [--demos 2000] [--heldout 100] [--batch 32]
+python benchmarks/multihop_search.py [--steps 300] [--demos 2000] [--heldout 100] [--batch 32] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -69,6 +70,7 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=2000)
     ap.add_argument("--heldout", type=int, default=100)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--out", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     torch.set_num_threads(2)
     base = checked_pipeline(load_config(), threads=2).base
@@ -100,6 +102,9 @@ def main() -> None:
         **figures,
     }
     print(json.dumps(report, indent=1))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ SMOKE = {
         "b.json",
         (),
     ),  # fmt: skip
+    "multihop_search.py": (
+        ["--steps", "2", "--demos", "8", "--heldout", "2", "--batch", "4", "--out", "{out}/multihop.json"],
+        "multihop.json",
+        (),
+    ),
     "device_check.py": (
         ["--device", "cpu", "--size", "tiny", "--rounds", "1", "--out", "{out}"],
         "device_check.json",
