@@ -37,6 +37,8 @@ MFU = 6 x (parameters outside the embedding) x real tokens/s / --peak-tflops (at
 "agreement": each BT lever side's first step (same weights, same pairs) against prefpipe_bt's, loss and gradient
 norm, relative, within AGREEMENT_RTOL (the levers' correctness check on the device: Liger and the compiled
 forward cannot run in the CPU tests).
+Order (--sides all): the CORE sides in every round (alternating), then each lever alone in the first round;
+--sides levers gives a later window the levers alone over several rounds.
 Rounds after the first run only while the budget allows (gpu.Runner); the JSON is rewritten after each child.
 """
 
@@ -106,6 +108,23 @@ def agreement(results: dict[str, list[dict]]) -> dict[str, dict]:
     return out
 
 
+# The sides the acceptance reads (prefpipe's fastest BT / GPM / BGPM against TRL at both settings, and the
+# baseline as the issue measured it): first in every round, so a window's budget never cuts them for a lever.
+CORE = ("prefpipe_bt", "prefpipe_bt_fast", "trl", "prefpipe_gpm_fast", "prefpipe_bgpm_fast", "trl_bf16")
+
+
+def round_sides(names: tuple[str, ...], r: int, which: str) -> tuple[str, ...]:
+    """Round r's sides: the core ones alternating order by round; each lever alone (prefpipe_bt beside them for the
+    agreement) in the first round only under `all`, in every round under `levers`."""
+    core = tuple(n for n in CORE if n in names)
+    levers = tuple(n for n in names if n not in CORE)
+    if which == "core":
+        return common.round_order(core, r)
+    if which == "levers":
+        return common.round_order(("prefpipe_bt", *levers), r)
+    return common.round_order(core, r) + (levers if r == 0 else ())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for device_check.json")
@@ -115,6 +134,9 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--sync-debug", choices=["warn", "error"], default="warn")
+    ap.add_argument("--sides", choices=["all", "core", "levers"], default="all",
+                    help="core: the acceptance sides (prefpipe's fastest BT/GPM/BGPM, TRL) every round; levers: each "
+                         "lever alone beside prefpipe_bt, every round; all: core every round, levers in the first")  # fmt: skip
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / "device_check.json"
@@ -141,7 +163,7 @@ def main() -> None:
     runner = gpu.Runner(a.budget_s, {"reward": 60.0 if not tiny else 20.0})
     results: dict[str, list[dict]] = {s: [] for s in variants}
     for r in range(a.rounds):
-        for side in common.round_order(tuple(variants), r):
+        for side in round_sides(tuple(variants), r, a.sides):
             res = runner.run("reward", {**case, **variants[side], "side": side})
             payload["env"] = res.pop("env", payload.get("env"))
             results[side].append(res)

@@ -2,14 +2,17 @@
 # What a 15-minute GPU window measures, as two device calls prepared here and smoke-tested on the CPU:
 #
 #   call 1  bash benchmarks/device_window.sh measure    (about 9 min)
-#           reward training at speed against TRL (benchmarks/device_check.py: prefpipe BT/GPM/BGPM with packing,
-#           device-side metrics and bf16 master weights, each lever alone and together, against TRL RewardTrainer
+#           reward training at speed against TRL (benchmarks/device_check.py --sides core: prefpipe BT/GPM/BGPM with
+#           every lever together (packing, device-side metrics, bf16 master weights, Liger), against TRL RewardTrainer
 #           as the issue ran it and at bf16; >= 2 rounds, MFU on real tokens, peak memory, the sync check), then
 #           GRPO against TRL (benchmarks/gpu.py --sections grpo, 3 rounds, beta 0 and 0.04, with prefpipe's
 #           per-phase shares of each step)
 #   call 2  bash benchmarks/device_window.sh workflow   (about 5 min)
 #           the workflow end to end on CUDA (benchmarks/gpu_workflow.sh: config/experiments/gpu_smoke.yaml, every
 #           stage's versions.json `ran_on` checked, workflow.json)
+#   later   bash benchmarks/device_window.sh levers     (about 9 min: each reward lever alone beside prefpipe_bt,
+#           2 rounds: async metrics, bf16 master weights, packing, Liger's kernels, torch.compile; each side's
+#           first-step agreement with the plain path)
 #   later   bash benchmarks/device_window.sh paper      (about 6 min: the 2B step with grpo.logprob_chunk_tokens)
 #
 # Carry .whl, .gpu-assets (benchmarks/gpu_wheels.sh) and .whl-workflow (benchmarks/gpu_workflow_wheels.sh): about
@@ -18,7 +21,7 @@
 # CPU (its parts are the smoke-tested scripts of tests/test_benchmarks_smoke.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: device_window.sh measure|workflow|paper}
+part=${1:?usage: device_window.sh measure|workflow|levers|paper}
 OUT=${OUT:-$(mktemp -d)}
 dest="$OUT/$part"
 mkdir -p "$dest"
@@ -37,10 +40,15 @@ fi
 rc=0
 case "$part" in
 measure)
-    "$PY" benchmarks/device_check.py "${size[@]}" --budget-s "${PREFPIPE_REWARD_BUDGET_S:-300}" --out "$dest" || rc=1
+    "$PY" benchmarks/device_check.py "${size[@]}" --sides core --budget-s "${PREFPIPE_REWARD_BUDGET_S:-300}" \
+        --out "$dest" || rc=1
     grpo_args=(--sections grpo --rounds 3 --budget-s "${PREFPIPE_GRPO_BUDGET_S:-210}")
     [ "$smoke" = "1" ] && grpo_args+=(--quick)
     "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_grpo.json" >"$dest/gpu_grpo.md" || rc=1
+    ;;
+levers)
+    "$PY" benchmarks/device_check.py "${size[@]}" --sides levers --budget-s "${PREFPIPE_REWARD_BUDGET_S:-480}" \
+        --out "$dest" || rc=1
     ;;
 workflow)
     if [ "$smoke" = "1" ]; then
