@@ -13,6 +13,7 @@ from support.models import build_reward
 from support.rows import arith_pairs, rps_pairs
 
 from prefpipe.common.chat import format_pair
+from prefpipe.evaluation.predictive import predictive
 from prefpipe.reward.model import load_reward_model, save_reward_model
 from prefpipe.reward.pairs import Pair
 from prefpipe.reward.trainer import RewardTrainer
@@ -278,7 +279,7 @@ def test_family_grpo_steps(family_bases, tmp_path, family):
 @pytest.mark.parametrize("family", NAMES)
 def test_family_head_folder_export(family_bases, tmp_path, family):
     """A Bayesian GPM on the default features (embedding mean; likelihood on the tied families, soft-capped on
-    Gemma 2) exported as a head folder: its standalone loader's P(a > b) equals prefpipe's to 1e-5."""
+    Gemma 2) exported as a head folder: its standalone loader's P(a > b) equals prefpipe's evaluation's to 1e-5."""
     import importlib.util
 
     from prefpipe.export.run import export_reward
@@ -297,8 +298,7 @@ def test_family_head_folder_export(family_bases, tmp_path, family):
     exported = loader.ExportedRewardModel.from_folder(tmp_path / "export")
     half = len(PROMPTS) // 2
     a, b = (rm.encode(PROMPTS[:half], r, 4) for r in (RESPONSES[:half], RESPONSES[half:]))
-    want = rm.preference_prob(a, b, 8, torch.Generator().manual_seed(3))
-    got = exported.preference_prob(
-        PROMPTS[:half], RESPONSES[:half], RESPONSES[half:], 8, torch.Generator().manual_seed(3)
-    )
-    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    score, variance = (x if x is None else x.double().numpy() for x in rm.compare(a, b))
+    want = torch.from_numpy(predictive(score, variance, rm.tau).prob)  # the evaluation's per-pair `prob`
+    got = exported.preference_prob(PROMPTS[:half], RESPONSES[:half], RESPONSES[half:])
+    assert torch.allclose(got.double(), want, atol=1e-5), (got - want).abs().max()
