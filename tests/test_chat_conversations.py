@@ -310,3 +310,6 @@ def test_mistral_gets_its_system_turn_folded_and_repeated_turns_joined():
     heads, texts = format_pairs(tok, [history, history], ["yes", "no"])
     assert heads == [head, head] and texts == [head + "yes</s>", head + "no</s>"]
     assert format_pair(tok, "Say yes.", "yes") == "<s>[INST] Say yes. [/INST]yes</s>"
+    qwen2 = family_tokenizer(FAMILIES["qwen2"])  # a template that takes both keeps the turns as they are
+    want = qwen2.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    assert format_prompt(qwen2, history) == want and "Say yes.<|im_end|>\n<|im_start|>user\nNow." in want
