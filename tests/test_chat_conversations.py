@@ -1,8 +1,7 @@
 """Conversations end to end (issue 36, item 1): real multi-turn HH-RLHF rows become role/content histories, and a
 reward input is each family's own chat-template rendering of history + the assistant's reply, checked against
-`tokenizer.apply_chat_template` of the whole conversation (text and token ids) for ChatML (Qwen2, Qwen3),
-Llama 3, Gemma 2/3, Mistral and Phi-3 templates (tests/support/families.py: Llama 3, Qwen2.5, Gemma 3 and Phi-3
-are the families' own templates, as TRL ships them)."""
+`tokenizer.apply_chat_template` of the whole conversation (text and token ids) for the Llama 3, Qwen2.5, Qwen3,
+Gemma 2/3, Mistral and Phi-3 families' own templates (tests/support/families.py names where each comes from)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,14 @@ import pytest
 from support.families import FAMILIES, family_tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from prefpipe.common.chat import conversation, format_pair, format_pairs, format_prompt, reply_end
+from prefpipe.common.chat import (
+    conversation,
+    format_pair,
+    format_pairs,
+    format_prompt,
+    reply_end,
+    reply_start,
+)
 from prefpipe.common.chat import history as history_of
 from prefpipe.common.io import write_jsonl
 from prefpipe.data.normalize import normalize_row, parse_transcript
@@ -67,7 +73,8 @@ def test_reward_input_is_the_templates_own_rendering(name, pairs):
     for pair in pairs:
         history = conversation(pair)
         head = format_prompt(tok, history)
-        assert head == tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+        generation_prompt = tok.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+        assert head == generation_prompt + reply_start(tok) and bool(reply_start(tok)) == (name == "qwen3")
         # the padded reply: templates that trim a turn (Llama 3, Gemma) render it otherwise than prompt + reply
         responses = (pair["chosen"], pair["rejected"], f" {pair['chosen']}\n")
         rows = encoder.tokenize_batch([history] * len(responses), list(responses))
@@ -247,3 +254,62 @@ def test_a_system_turn_is_folded_into_the_first_user_turn_where_the_template_ref
                 [*turns, {"role": "assistant", "content": "yes"}], tokenize=False
             ).rstrip()
         )
+
+
+def test_qwen3s_empty_think_block_belongs_to_the_prompt_text():
+    """Qwen3's own template opens a finished reply with an empty think block that its generation prompt lacks;
+    prefpipe's prompt text ends with it (what enable_thinking=False writes), so the GRPO policy's prompt ids +
+    reply ids are the reward input's ids, and SFT puts no loss on the block."""
+    from prefpipe.base.sft import IGNORE, _encode_row
+
+    tok = family_tokenizer(FAMILIES["qwen3"])
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]
+    history.append({"role": "user", "content": "Say yes."})
+    head = (
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHey<|im_end|>\n"
+        "<|im_start|>user\nSay yes.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )  # written out by hand from the template's layout
+    finished = tok.apply_chat_template([*history, {"role": "assistant", "content": "yes"}], tokenize=False)
+    assert finished == head + "yes<|im_end|>\n"  # the template's own finished turn
+    assert format_prompt(tok, history) == head
+    no_thinking = tok.apply_chat_template(
+        history, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert no_thinking == head
+    heads, texts = format_pairs(tok, [history, history], ["yes", "no"])
+    assert heads == [head, head] and texts == [head + "yes<|im_end|>", head + "no<|im_end|>"]
+    batch = tokenize_prompts(tok, [history], None)
+    policy_ids = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
+    reply_ids = tok("yes<|im_end|>", add_special_tokens=False)["input_ids"]
+    encoder = PairEncoder(tok, max_length=4096, padding_side="right", keep_response="start")
+    (row,) = encoder.tokenize_batch([history], ["yes"])
+    assert row.input_ids == policy_ids + reply_ids and row.prompt_len == len(policy_ids)
+    ids, labels = _encode_row(tok, {"prompt": history, "response": "yes"}, 0)
+    assert ids == policy_ids + reply_ids and labels == [IGNORE] * len(policy_ids) + reply_ids
+
+
+def test_mistral_gets_its_system_turn_folded_and_repeated_turns_joined():
+    """Mistral's own template (Mistral-7B-Instruct-v0.1's) raises on a system turn and on two user turns in a
+    row; prefpipe folds the system text into the first user turn and joins the repeated turns, in the prompt
+    and the reward input alike."""
+    from jinja2 import TemplateError
+
+    tok = family_tokenizer(FAMILIES["mistral"])
+    history = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hey"},
+        {"role": "user", "content": "Say yes."},
+        {"role": "user", "content": "Now."},
+    ]
+    for refused in (history[:4], history[1:]):  # a system turn; two user turns in a row
+        with pytest.raises(TemplateError, match="Conversation roles must alternate"):
+            tok.apply_chat_template(refused, tokenize=False)
+    head = "<s>[INST] Answer briefly.\n\nHi [/INST]Hey</s> [INST] Say yes.\n\nNow. [/INST]"  # by hand
+    assert format_prompt(tok, history) == head and reply_start(tok) == "" and reply_end(tok) == "</s>"
+    heads, texts = format_pairs(tok, [history, history], ["yes", "no"])
+    assert heads == [head, head] and texts == [head + "yes</s>", head + "no</s>"]
+    assert format_pair(tok, "Say yes.", "yes") == "<s>[INST] Say yes. [/INST]yes</s>"
+    qwen2 = family_tokenizer(FAMILIES["qwen2"])  # a template that takes both keeps the turns as they are
+    want = qwen2.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    assert format_prompt(qwen2, history) == want and "Say yes.<|im_end|>\n<|im_start|>user\nNow." in want

@@ -37,19 +37,19 @@ PLAIN = {"embedding_features": False, "likelihood_features": False}
 TOL = 1e-5
 
 
-def _prompt_text(tok, prompt: str) -> str:
+def _prompt_text(tok, prompt: str, start: str) -> str:
     if not tok.chat_template:
         return prompt + "\n\n"
     messages = [{"role": "user", "content": prompt}]
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + start
 
 
 def _hf_rewards(folder: Path) -> torch.Tensor:
     """Logits of the exported folder through AutoModelForSequenceClassification, one padded batch."""
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
-    end = model.config.prefpipe_reply_end  # the card's recipe, no prefpipe call
-    texts = [_prompt_text(tok, p) + r + end for p, r in zip(PROMPTS, RESPONSES, strict=True)]
+    start, end = model.config.prefpipe_reply_start, model.config.prefpipe_reply_end  # the card's recipe
+    texts = [_prompt_text(tok, p, start) + r + end for p, r in zip(PROMPTS, RESPONSES, strict=True)]
     batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=not has_chat_template(tok))
     assert tok.padding_side == "right" and (batch["attention_mask"] == 0).any()  # padding really happens
     with torch.no_grad():

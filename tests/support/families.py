@@ -6,23 +6,28 @@ the family's own layout: where the system prompt goes, how a turn ends, which to
 |----------|-----------------------------------------------------------------|---------------------------------------|
 | llama    | Llama 3: GQA, untied output, no pad token (pad = eos)           | header blocks (<|eot_id|>; <|eot_id|>) |
 | qwen2    | q/k/v biases, tied embeddings                                   | ChatML + default system (<|im_end|>)  |
-| qwen3    | q/k RMSNorm, tied embeddings                                    | ChatML (<|im_end|>)                   |
+| qwen3    | q/k RMSNorm, tied embeddings                                    | ChatML, empty <think> block before a  |
+|          |                                                                 |   reply (<|im_end|>)                  |
 | gemma2   | soft-capped attention and logits, sliding window on every other | <start_of_turn>; system folded into   |
 |          | layer, sqrt(H)-scaled embeddings, tied, query_pre_attn_scalar   | the first user turn (<end_of_turn>;   |
 | gemma3   | Gemma 3 text: q/k norms, local/global rope, sliding window      |   eos <eos>)                          |
-| mistral  | sliding-window attention, no pad token (pad = eos)              | [INST] ... [/INST] (</s>)             |
+| mistral  | sliding-window attention, no pad token (pad = eos)              | [INST] ... [/INST], system folded     |
+|          |                                                                 |   into the first user turn (</s>)     |
 | phi3     | fused qkv and gate/up projections, pad = eos                    | <|user|> blocks (<|end|>; <|endoftext|>) |
 
 The sliding windows (8 tokens) are shorter than the test rows, so a path that ignores them gives other numbers.
 
-Chat templates (issue 52): Llama 3, Qwen2.5 (qwen2), Gemma 3 and Phi-3 use the families' own templates as TRL
-ships them (trl/chat_templates/<name>.jinja, the `bench` extra: byte copies of the models' tokenizer_config.json
-templates, kept current by TRL's weekly check against the Hub repos; TRL's chat_templates/README.md names each
-one's source). Gemma 2 (gemma2) too: trl's gemma.jinja, "used by both Gemma (v1) and Gemma2, which ship identical
-templates"; it refuses a system message ("System role not supported"), and prefpipe.common.chat folds a system
-turn into the first user turn for it (template_turns). Two remain written here: Mistral (no package ships its
-template), and Qwen3, whose own template (qwen3.jinja) writes an empty <think></think> block into a finished
-reply, so a reward input is no longer the policy's prompt part + reply.
+Chat templates (issue 52): every family's own. Llama 3, Qwen2.5 (qwen2), Qwen3, Gemma 3 and Phi-3 use the
+templates as TRL ships them (trl/chat_templates/<name>.jinja, the `bench` extra: byte copies of the models'
+tokenizer_config.json templates, kept current by TRL's weekly check against the Hub repos; TRL's
+chat_templates/README.md names each one's source). Gemma 2 (gemma2) too: trl's gemma.jinja, "used by both Gemma
+(v1) and Gemma2, which ship identical templates"; it refuses a system message ("System role not supported"), and
+prefpipe.common.chat folds a system turn into the first user turn for it (template_turns). Qwen3's writes an
+empty <think></think> block before a finished reply; prefpipe makes it part of the prompt text (reply_start).
+Mistral's (MISTRAL_INSTRUCT below) is a pinned copy of Mistral-7B-Instruct-v0.1's tokenizer_config.json
+template as llama-cpp-python 0.3.36 pins it (llama_cpp/llama_chat_format.py, MISTRAL_INSTRUCT_CHAT_TEMPLATE,
+"Source: https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.1/blob/main/tokenizer_config.json"); TRL
+ships none. It refuses a system turn and two turns in a row from one speaker; prefpipe folds and joins them.
 """
 
 from __future__ import annotations
@@ -58,15 +63,6 @@ class Family:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def _folded_system(turn: str) -> str:
-    """Jinja that folds a leading system message into the first user turn (Gemma, Mistral: no system role)."""
-    return (
-        "{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] + '\\n\\n' %}"
-        "{% set messages = messages[1:] %}{% else %}{% set sys = '' %}{% endif %}"
-        "{% for m in messages %}" + turn + "{% endfor %}"
-    )
-
-
 def _own_template(name: str) -> str:
     """trl/chat_templates/<name>.jinja, read without importing trl (module docstring)."""
     spec = importlib.util.find_spec("trl")
@@ -78,16 +74,17 @@ def _own_template(name: str) -> str:
 
 
 LLAMA3 = _own_template("llama3")
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 CHATML_SYSTEM = _own_template("qwen2_5")
+QWEN3 = _own_template("qwen3")
 GEMMA = _own_template("gemma")  # Gemma 2's (and Gemma 1's): refuses a system turn, prefpipe folds it
 GEMMA3 = _own_template("gemma3")
-MISTRAL = "{{ bos_token }}" + _folded_system(
-    "{% if m['role'] == 'user' %}[INST] {{ (sys if loop.first else '') + m['content'] }} [/INST]"
-    "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
+# Mistral-7B-Instruct-v0.1's own template, byte for byte (module docstring: where it is pinned from).
+MISTRAL_INSTRUCT = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
 )
 PHI3 = _own_template("phi3")
 GEMMA_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>")
@@ -128,7 +125,7 @@ FAMILIES = {
             template=LLAMA3,
         ),
         _qwen("qwen2", "Qwen2Config", CHATML_SYSTEM),
-        _qwen("qwen3", "Qwen3Config", CHATML),
+        _qwen("qwen3", "Qwen3Config", QWEN3),
         _gemma("gemma2", "Gemma2Config", GEMMA, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
         _gemma("gemma3", "Gemma3TextConfig", GEMMA3),
         Family(
@@ -137,7 +134,7 @@ FAMILIES = {
             ("<unk>", "<s>", "</s>"),
             eos="</s>",
             bos="<s>",
-            template=MISTRAL,
+            template=MISTRAL_INSTRUCT,
             config={"sliding_window": WINDOW},
         ),
         Family(

@@ -6,8 +6,12 @@ way, so no stage builds its own strings. A conversation is a plain prompt string
 tokenizer's chat template: a reward input is the template's rendering of history + the assistant's reply
 (`format_pairs`); tokenizers without one get the plain layout "history\\n\\nresponse" + EOS (`plain_history`).
 A response ends the way the template ends an assistant turn (`reply_end`): Gemma's <end_of_turn>, Phi-3's
-<|end|> then <|endoftext|>, the EOS token elsewhere. A template that refuses a system turn (Gemma 1 and 2) gets
-the system text folded into the first user turn (`template_turns`), in training, scoring and generation alike.
+<|end|> then <|endoftext|>, the EOS token elsewhere. A response starts the way the template starts a finished
+assistant turn (`reply_start`): what it writes there beyond its generation prompt (Qwen3: an empty
+<think></think> block, its non-thinking layout) is part of the prompt text, so a reward input is always the
+policy's prompt text + reply + turn end. A template that refuses a system turn (Gemma 1 and 2, Mistral) gets
+the system text folded into the first user turn, and one that refuses two turns in a row from one speaker
+(Mistral) gets them joined (`template_turns`), in training, scoring and generation alike.
 
 Standard library only (jinja2, transformers' template engine, where a template is rendered): an exported reward
 model ships this very file as `prefpipe_chat.py` (prefpipe.export) and renders its inputs with it.
@@ -24,8 +28,14 @@ REPLY_PROBE = "@@prefpipe-reply@@"  # stands for the reply when the template ren
 # Plain-layout role labels (the HH-RLHF transcript layout): how a history reads without a chat template.
 ROLE_LABELS = {"system": "System", "user": "Human", "assistant": "Assistant"}
 _REPLY_ENDS: dict[tuple[str, str | None], str | None] = {}
+_REPLY_STARTS: dict[str, str] = {}
 _PREFIX_WARNED: set[str] = set()
-_REFUSES_SYSTEM: dict[str, bool] = {}
+_REFUSES: dict[tuple[str, str], bool] = {}
+# Histories a template may refuse (probed once per template): a system turn, two user turns in a row.
+_PROBES = {
+    "system": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+    "repeat": [{"role": "user", "content": "U"}, {"role": "user", "content": "V"}],
+}
 log = logging.getLogger(__name__)
 
 Message = dict[str, str]
@@ -78,41 +88,79 @@ def plain_history(prompt: Conversation) -> str:
     return PLAIN_SEPARATOR.join(f"{ROLE_LABELS[m['role']]}: {m['content']}" for m in turns)
 
 
-def refuses_system(tokenizer: Any) -> bool:
-    """Whether the chat template refuses a system turn (Gemma 1 and 2: "System role not supported"); probed
-    once per template."""
-    key = tokenizer.chat_template
-    if key not in _REFUSES_SYSTEM:
+def refuses(tokenizer: Any, kind: str) -> bool:
+    """Whether the chat template refuses a history of `kind` (_PROBES): "system", a system turn (Gemma 1 and 2:
+    "System role not supported", Mistral); "repeat", two turns in a row from one speaker (Mistral: "roles must
+    alternate"). Probed once per template."""
+    key = (tokenizer.chat_template, kind)
+    if key not in _REFUSES:
         from jinja2 import TemplateError
 
-        probe = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
         try:
-            tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-            _REFUSES_SYSTEM[key] = False
+            tokenizer.apply_chat_template(_PROBES[kind], tokenize=False, add_generation_prompt=True)
+            _REFUSES[key] = False
         except TemplateError:
-            _REFUSES_SYSTEM[key] = True
-    return _REFUSES_SYSTEM[key]
+            _REFUSES[key] = True
+    return _REFUSES[key]
 
 
 def template_turns(tokenizer: Any, prompt: Conversation) -> list[Message]:
-    """The turns the chat template renders: `history`, except that a leading system turn goes into the first
-    user turn (its text, a blank line, the user's text) where the template refuses a system turn, the layout
-    Gemma 3's own template writes for one. Without a user turn after it, the template's own error stands."""
+    """The turns the chat template renders: `history`, except that where the template refuses a system turn, a
+    leading one goes into the first user turn (its text, a blank line, the user's text: the layout Gemma 3's own
+    template writes for one), and where it refuses two turns in a row from one speaker, such turns become one
+    (joined by a blank line, as the HH transcript parser joins them). Without a user turn after a system turn,
+    the template's own error stands."""
     turns = history(prompt)
-    if len(turns) < 2 or turns[0]["role"] != "system" or turns[1]["role"] != "user":
+    leading = len(turns) >= 2 and turns[0]["role"] == "system" and turns[1]["role"] == "user"
+    if leading and refuses(tokenizer, "system"):
+        folded = turns[0]["content"] + PLAIN_SEPARATOR + turns[1]["content"]
+        turns = [{"role": "user", "content": folded}, *turns[2:]]
+    repeated = any(a["role"] == b["role"] for a, b in zip(turns, turns[1:], strict=False))
+    if not repeated or not refuses(tokenizer, "repeat"):
         return turns
-    if not refuses_system(tokenizer):
-        return turns
-    folded = turns[0]["content"] + PLAIN_SEPARATOR + turns[1]["content"]
-    return [{"role": "user", "content": folded}, *turns[2:]]
+    joined = [turns[0]]
+    for turn in turns[1:]:
+        if turn["role"] == joined[-1]["role"]:
+            turn = {
+                "role": turn["role"],
+                "content": joined.pop()["content"] + PLAIN_SEPARATOR + turn["content"],
+            }
+        joined.append(turn)
+    return joined
 
 
 def format_prompt(tokenizer: Any, prompt: Conversation) -> str:
-    """Text a policy is conditioned on before it generates (ends where the response starts)."""
+    """Text a policy is conditioned on before it generates (ends where the response starts): the template's
+    generation prompt + `reply_start`."""
     if has_chat_template(tokenizer):
         turns = template_turns(tokenizer, prompt)
-        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        return text + reply_start(tokenizer)
     return plain_history(prompt) + PLAIN_SEPARATOR
+
+
+def reply_start(tokenizer: Any) -> str:
+    """What the chat template writes between its generation prompt and the text of a finished assistant reply:
+    Qwen3's empty "<think>\n\n</think>\n\n" (the block its enable_thinking=False generation prompt writes), ""
+    for the other families and for a template whose finished turn does not start with its generation prompt.
+    Rendered once per template."""
+    if not has_chat_template(tokenizer):
+        return ""
+    key = tokenizer.chat_template
+    if key not in _REPLY_STARTS:
+        from jinja2 import TemplateError
+
+        user = [{"role": "user", "content": "Hi"}]
+        try:
+            prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+            turn = tokenizer.apply_chat_template(
+                [*user, {"role": "assistant", "content": REPLY_PROBE}], tokenize=False
+            )
+        except (TemplateError, ValueError):
+            prompt = turn = ""
+        head, found, _ = turn.partition(REPLY_PROBE)
+        _REPLY_STARTS[key] = head[len(prompt) :] if found and head.startswith(prompt) else ""
+    return _REPLY_STARTS[key]
 
 
 def reply_end(tokenizer: Any) -> str | None:

@@ -31,8 +31,8 @@ with torch.no_grad():
 reward = logit + model.config.prefpipe_reward_offset  # prefpipe's r(x, y); preferences need only the logits
 ```
 `format_pair` renders {render}. For a plain prompt string it is the same as, without `prefpipe_chat.py`,
-`text = {prompt_text} + response + model.config.prefpipe_reply_end` (the reply ends as the template ends an
-assistant turn). Pad on the right (the saved tokenizer does): the class reads the last token that is not padding.
+`text = {prompt_text} + response + model.config.prefpipe_reply_end` (the reply starts and ends as the template
+starts and ends a finished assistant turn). Pad on the right (the saved tokenizer does): the class reads the last token that is not padding.
 It reads a row whole: prefpipe cuts a row longer than `model.config.prefpipe_max_length` tokens (prompt tokens
 from the left first, then the response's end), so the class's score of such a row is not prefpipe's; score rows
 that long with the head-folder form (`prefpipe export RUN OUT --format head-folder`), whose loader cuts them as
@@ -72,6 +72,7 @@ def _usage(info: dict[str, Any], chat_template: bool) -> str:
         return LOADER_USAGE.replace("RENDER", RENDER[chat_template])
     prompt_text = (
         'tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)'
+        " + model.config.prefpipe_reply_start"
         if chat_template
         else 'prompt + "\\n\\n"'
     )

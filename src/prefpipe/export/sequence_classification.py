@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
-from prefpipe.common.chat import reply_end
+from prefpipe.common.chat import reply_end, reply_start
 from prefpipe.export.common import export_tokenizer, plain_backbone, ship_chat_module
 from prefpipe.reward.heads.base import RewardHead
 from prefpipe.reward.heads.registry import HEADS
@@ -115,6 +115,7 @@ def write_sequence_classification(rm: RewardModel, folder: Path) -> dict[str, An
     model.config.prefpipe_reward_offset = offset
     model.config.prefpipe_tau = rm.tau
     model.config.prefpipe_max_length = rm.spec.max_length
+    model.config.prefpipe_reply_start = reply_start(tokenizer)
     model.config.prefpipe_reply_end = reply_end(tokenizer)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
