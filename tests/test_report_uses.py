@@ -13,42 +13,19 @@ import pytest
 from scipy import stats
 from support.results_tree import QUALITY, RUNS, manifest, write_results_tree
 from support.settings import report_settings
-from support.uncertainty_tree import add_blocks, add_risk_run
+from support.uncertainty_tree import (
+    ENSEMBLES,
+    HEADS,
+    NEEDED,
+    add_active_learning,
+    add_blocks,
+    add_risk_run,
+    al_summary,
+)
 
 from prefpipe.report.document import Board
 from prefpipe.report.inputs import Manifest
 from prefpipe.report.write import document
-
-HEADS = {
-    "bgpm": {
-        "neg_abs_margin": {"errors": (0.76, 0.74, 0.79)},
-        "predictive_entropy": {
-            "errors": (0.784, 0.76, 0.81),
-            "disagreement": (0.489, 0.45, 0.52),
-            "unfamiliar": (0.932, 0.90, 0.96),
-        },
-        "mutual_information": {
-            "errors": (0.763, 0.73, 0.79),
-            "disagreement": (0.449, 0.41, 0.48),
-            "unfamiliar": (0.957, 0.943, 0.969),
-        },
-    },
-    "gpm": {
-        "neg_abs_margin": {
-            "errors": (0.743, 0.71, 0.773),
-            "disagreement": (0.601, 0.568, 0.634),
-            "unfamiliar": (0.83, 0.799, 0.861),
-        }
-    },
-}
-ENSEMBLES = {
-    "gpm-ensemble": {
-        "score_sd": {"errors": (0.39, 0.343, 0.428), "unfamiliar": (0.264, 0.223, 0.306)},
-        "predictive_entropy": {"errors": (0.795, 0.767, 0.824)},
-        "mutual_information": {"disagreement": (0.756, 0.726, 0.785), "unfamiliar": (0.627, 0.593, 0.659)},
-    }
-}
-NEEDED = {"random": [800, 800, 800], "bgpm": [663, 759, 638], "ensemble": [779, 746, 526]}
 
 
 def _doc(root, files=None, **settings):
@@ -64,33 +41,6 @@ def _uses(doc) -> dict[str, dict[str, object]]:
     return {row[0].text: dict(zip(board.columns, row, strict=True)) for row in board.rows}
 
 
-def _al_summary(per_seed: dict[str, list[float]], whole_pool: bool, full: dict | None = None) -> dict:
-    seeds = [0, 1, 2]
-    curve = {s: [{"mean": 0.6 + 0.03 * r, "sd": 0.01} for r in range(4)] for s in per_seed}
-    needed = {
-        s: {"per_seed": dict(zip(map(str, seeds), v, strict=True)), "reached": 3, "seeds": 3}
-        for s, v in per_seed.items()
-    }
-    full = full or per_seed
-    fraction = {
-        "whole_pool": whole_pool,
-        "fraction": 0.95,
-        "strategies": {
-            s: {"per_seed": dict(zip(map(str, seeds), v, strict=True)), "reached": 3} for s, v in full.items()
-        },
-    }
-    return {
-        "learner": "bgpm",
-        "strategies": list(per_seed),
-        "seeds": seeds,
-        "labels": [200, 400, 600, 800],
-        "curve": curve,
-        "reference": "random",
-        "labels_needed": needed,
-        "full_data": fraction,
-    }
-
-
 def _t_figure(values, scale: float, fmt: str) -> str:
     """mean [mean ± t(0.975, n-1) sd / sqrt(n)] (n seeds), from scipy."""
     v = scale * np.asarray(values, dtype=float)
@@ -104,9 +54,7 @@ def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("uses") / "results"
     write_results_tree(root, reward_steps=4, grpo_steps=4)
     add_blocks(root, HEADS, ENSEMBLES)
-    folder = root / "active_learning"
-    folder.mkdir()
-    (folder / "summary.json").write_text(json.dumps(_al_summary(NEEDED, whole_pool=False)))
+    add_active_learning(root, al_summary(NEEDED, whole_pool=False))
     return root
 
 
@@ -173,9 +121,7 @@ def test_label_saving_reads_the_full_data_target_when_the_rounds_ran_over_the_wh
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=4, grpo_steps=4)
     full = {"random": [2000, 1800, 2200], "bgpm": [1200, 1100, 1500], "balpm": [1300, 1250, 1400]}
-    (root / "active_learning").mkdir()
-    summary = _al_summary(NEEDED, whole_pool=True, full=full)
-    (root / "active_learning" / "summary.json").write_text(json.dumps(summary))
+    add_active_learning(root, al_summary(NEEDED, whole_pool=True, full=full))
     uses = _uses(_doc(root))
     assert list(uses) == ["Calibration", "Label saving"]  # no uncertainty block in this tree
     row = uses["Label saving"]

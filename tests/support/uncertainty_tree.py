@@ -8,6 +8,37 @@ import json
 from pathlib import Path
 from typing import Any
 
+HEADS = {
+    "bgpm": {
+        "neg_abs_margin": {"errors": (0.76, 0.74, 0.79)},
+        "predictive_entropy": {
+            "errors": (0.784, 0.76, 0.81),
+            "disagreement": (0.489, 0.45, 0.52),
+            "unfamiliar": (0.932, 0.90, 0.96),
+        },
+        "mutual_information": {
+            "errors": (0.763, 0.73, 0.79),
+            "disagreement": (0.449, 0.41, 0.48),
+            "unfamiliar": (0.957, 0.943, 0.969),
+        },
+    },
+    "gpm": {
+        "neg_abs_margin": {
+            "errors": (0.743, 0.71, 0.773),
+            "disagreement": (0.601, 0.568, 0.634),
+            "unfamiliar": (0.83, 0.799, 0.861),
+        }
+    },
+}
+ENSEMBLES = {
+    "gpm-ensemble": {
+        "score_sd": {"errors": (0.39, 0.343, 0.428), "unfamiliar": (0.264, 0.223, 0.306)},
+        "predictive_entropy": {"errors": (0.795, 0.767, 0.824)},
+        "mutual_information": {"disagreement": (0.756, 0.726, 0.785), "unfamiliar": (0.627, 0.593, 0.659)},
+    }
+}
+NEEDED = {"random": [800, 800, 800], "bgpm": [663, 759, 638], "ensemble": [779, 746, 526]}
+
 
 def auroc(value: float, low: float, high: float) -> dict[str, Any]:
     return {"value": value, "low": low, "high": high, "positives": 10, "negatives": 90}
@@ -65,4 +96,39 @@ def add_risk_run(
     }
     if k:
         summary["risk_penalty"] = {"reward_model": {"all_steps": {"spread_ratio": 0.5}}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def al_summary(per_seed: dict[str, list[float]], whole_pool: bool, full: dict | None = None) -> dict:
+    """An active-learning summary (active/curve.py's keys) of three seeds and four rounds of 200 labels with
+    these labels needed per seed (`full`: the full-data target's, else the same)."""
+    seeds = [0, 1, 2]
+    curve = {s: [{"mean": 0.6 + 0.03 * r, "sd": 0.01} for r in range(4)] for s in per_seed}
+    needed = {
+        s: {"per_seed": dict(zip(map(str, seeds), v, strict=True)), "reached": 3, "seeds": 3}
+        for s, v in per_seed.items()
+    }
+    full = full or per_seed
+    fraction = {
+        "whole_pool": whole_pool,
+        "fraction": 0.95,
+        "strategies": {
+            s: {"per_seed": dict(zip(map(str, seeds), v, strict=True)), "reached": 3} for s, v in full.items()
+        },
+    }
+    return {
+        "learner": "bgpm",
+        "strategies": list(per_seed),
+        "seeds": seeds,
+        "labels": [200, 400, 600, 800],
+        "curve": curve,
+        "reference": "random",
+        "labels_needed": needed,
+        "full_data": fraction,
+    }
+
+
+def add_active_learning(root: Path, summary: dict[str, Any]) -> None:
+    folder = root / "active_learning"
+    folder.mkdir()
     (folder / "summary.json").write_text(json.dumps(summary))
