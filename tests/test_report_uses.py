@@ -19,6 +19,7 @@ from support.uncertainty_tree import (
     NEEDED,
     add_active_learning,
     add_blocks,
+    add_ece_intervals,
     add_risk_run,
     al_summary,
 )
@@ -85,16 +86,39 @@ def test_each_use_shows_the_best_head_as_the_summaries_record_it(tree):
     assert disagreement["Its figure"].text.startswith("0.601 [")
 
 
-def test_calibration_is_the_lowest_recorded_ece_without_a_resolved_mark(tree):
-    row = _uses(_doc(tree, _files()))["Calibration"]
-    eces = {
-        v: json.loads((tree / "eval" / v / "summary.json").read_text())["benchmarks"]["synthetic"][
+def _eces(root) -> dict[str, float]:
+    return {
+        v: json.loads((root / "eval" / v / "summary.json").read_text())["benchmarks"]["synthetic"][
             "calibration"
         ]["ece"]
         for v in QUALITY
     }
+
+
+def test_calibration_is_the_lowest_ece_with_the_intervals_the_uncertainty_blocks_record(tmp_path):
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=4, grpo_steps=4)
+    add_blocks(root, HEADS, ENSEMBLES)
+    eces = _eces(root)
     best, runner = sorted(eces, key=eces.get)[:2]
-    assert row["Best"].shown == best and row["Best"].mark == ""  # the eval records no interval of the ECE
+    assert (best, runner) == ("gpm", "bgpm")  # the fixture's calibration blocks; both have uncertainty blocks
+    for low, mark in ((eces["gpm"] + 0.003, "best"), (eces["gpm"] + 0.001, "best_unresolved")):
+        add_ece_intervals(root, {"gpm": (eces["gpm"] - 0.01, eces["gpm"] + 0.002), "bgpm": (low, 0.05)})
+        row = _uses(_doc(root, _files()))["Calibration"]
+        assert row["Best"].text == "gpm" and row["Best"].mark == mark
+        assert (
+            row["Its figure [95%]"].text
+            == f"{eces['gpm']:.4f} [{eces['gpm'] - 0.01:.4f}, {eces['gpm'] + 0.002:.4f}]"
+        )
+        assert row["Its figure"].text == f"{eces['bgpm']:.4f} [{low:.4f}, 0.0500]"
+        assert row["Ahead by"].text == f"{eces['gpm'] - eces['bgpm']:+.4f}"
+
+
+def test_calibration_without_recorded_intervals_is_left_unmarked(tree):
+    row = _uses(_doc(tree, _files()))["Calibration"]
+    eces = _eces(tree)
+    best, runner = sorted(eces, key=eces.get)[:2]
+    assert row["Best"].text == best and row["Best"].mark == ""
     assert row["Its figure [95%]"].text == f"{eces[best]:.4f}"
     assert (row["Runner-up"].text, row["Its figure"].text) == (runner, f"{eces[runner]:.4f}")
     assert row["Ahead by"].text == f"{eces[best] - eces[runner]:+.4f}"

@@ -132,3 +132,14 @@ def add_active_learning(root: Path, summary: dict[str, Any]) -> None:
     folder = root / "active_learning"
     folder.mkdir()
     (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def add_ece_intervals(root: Path, intervals: dict[str, tuple[float, float]]) -> None:
+    """Each head's uncertainty block gets its calibration block's ECE with this interval (the eval stage's
+    `ece` entry)."""
+    for variant, (low, high) in intervals.items():
+        path = root / "eval" / variant / "summary.json"
+        summary = json.loads(path.read_text())
+        block = summary["benchmarks"]["synthetic"]
+        block["uncertainty"]["ece"] = {"value": block["calibration"]["ece"], "low": low, "high": high}
+        path.write_text(json.dumps(summary))

@@ -34,8 +34,8 @@ class _Entry:
     head: str
     measure: str
     value: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
 
 
 def _entries(ctx: Context, target: str) -> list[_Entry]:
@@ -73,21 +73,40 @@ def auroc_use(ctx: Context, target: str) -> Use | None:
     return use
 
 
+def _ece(block: dict, interval: object) -> _Entry | None:
+    """A head's ECE (its calibration block) with the interval its uncertainty block records beside it."""
+    value = as_float(block.get(ECE))
+    if value is None:
+        return None
+    if isinstance(interval, dict) and as_float(interval.get("low")) is not None:
+        return _Entry("", "", value, float(interval["low"]), float(interval["high"]))
+    return _Entry("", "", value, None, None)
+
+
+def _ece_text(e: _Entry) -> str:
+    return f"{e.value:.4f}" if e.low is None else f"{e.value:.4f} [{e.low:.4f}, {e.high:.4f}]"
+
+
 def calibration_use(ctx: Context) -> Use | None:
-    """The evaluated head with the lowest ECE on the headline benchmark (the eval stage records no interval of
-    the ECE: said so, and the cell is not marked resolved)."""
+    """The evaluated head with the lowest ECE on the headline benchmark; resolved when the runner-up's interval
+    (the eval stage's bootstrap, in the uncertainty block) stays above the best's; unmarked without intervals."""
+    blocks = uncertainty.blocks(ctx)
     eces = {
         v: e
         for v, b in calibration.calibration_blocks(ctx).items()
-        if (e := as_float(b.get(ECE))) is not None
+        if (e := _ece(b, (blocks.get(v) or {}).get(ECE))) is not None
     }
     if not eces:
         return None
-    order = sorted(eces, key=lambda v: eces[v])
-    use = Use("Calibration", "ECE ↓ (no interval)", order[0], f"{eces[order[0]]:.4f}", "calibration-table")
-    if len(order) > 1:
-        use.runner, use.runner_figure = order[1], f"{eces[order[1]]:.4f}"
-        use.by = f"{eces[order[0]] - eces[order[1]]:+.4f}"
+    best, *rest = sorted(eces, key=lambda v: eces[v].value)
+    win = eces[best]
+    use = Use("Calibration", "ECE ↓", best, _ece_text(win), "calibration-table")
+    if rest:
+        run = eces[rest[0]]
+        use.runner, use.runner_figure = rest[0], _ece_text(run)
+        use.by = f"{win.value - run.value:+.4f}"
+        if win.low is not None and run.low is not None:
+            use.resolved = run.low > win.high
     return use
 
 
