@@ -96,6 +96,8 @@ def test_eval_block_and_columns_recompute_from_the_rows(bayesian):
         assert got["value"] == pytest.approx(auroc(-np.abs(m), positive))
         assert got["low"] <= got["value"] <= got["high"]
         assert got["positives"] == positive.sum()
+    prob = gaussian_preference(m, v, 0.1)["prob"] if bayesian else 1 / (1 + np.exp(-m / 0.1))
+    _check_ece(block["ece"], prob, ~wrong, np.arange(120) % 3, summary["calibration"]["ece"])
     familiar = np.arange(120) % 3 != 2
     assert margin["disagreement_familiar"]["neg_abs_margin"]["value"] == pytest.approx(
         auroc(-np.abs(m)[familiar], targets["disagreement"][familiar])
@@ -120,6 +122,38 @@ def test_eval_block_and_columns_recompute_from_the_rows(bayesian):
     coverage_half = next(r for r in summary["calibration"]["selective"] if r["coverage"] == 0.5)
     keep = np.argsort(post["predictive_entropy"], kind="stable")[: coverage_half["n"]]
     assert coverage_half["accuracy"] == pytest.approx((~wrong)[keep].mean())
+
+
+def _ece(prob: np.ndarray, right: np.ndarray, bins: int) -> float:
+    """ECE written out: confidence max(P, 1 - P) in `bins` equal bins over [0.5, 1], |accuracy - confidence|
+    weighted by each bin's share of the pairs."""
+    confidence = np.maximum(prob, 1 - prob)
+    index = np.minimum(((confidence - 0.5) / (0.5 / bins)).astype(int), bins - 1)
+    return sum(
+        (index == b).mean() * abs(right[index == b].mean() - confidence[index == b].mean())
+        for b in range(bins)
+        if (index == b).any()
+    )
+
+
+def _check_ece(recorded: dict, prob: np.ndarray, right: np.ndarray, subset: np.ndarray, ece: float) -> None:
+    """The block's ECE is the calibration block's and the one written out here; its interval is a stratified
+    bootstrap's (redone here with another generator: the percentiles agree within Monte Carlo error)."""
+    bins = SETTINGS.eval.calibration_bins
+    assert recorded["value"] == pytest.approx(ece) and recorded["value"] == pytest.approx(
+        _ece(prob, right, bins)
+    )
+    rng = np.random.default_rng(11)
+    groups = [np.flatnonzero(subset == s) for s in np.unique(subset)]
+    draws = []
+    for _ in range(2000):
+        i = np.concatenate([rng.choice(g, size=len(g), replace=True) for g in groups])
+        draws.append(_ece(prob[i], right[i], bins))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    assert recorded["low"] == pytest.approx(low, abs=0.01) and recorded["high"] == pytest.approx(
+        high, abs=0.01
+    )
+    assert recorded["high"] - recorded["low"] > 0.02  # a real interval, not a point
 
 
 def test_disagreement_among_familiar_pairs_leaves_the_unfamiliar_ones_out():

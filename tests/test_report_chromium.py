@@ -29,6 +29,7 @@ from support.results_tree import manifest, write_results_tree
 from support.scoreboard import head_cells, unmarked
 from support.settings import report_settings
 from support.tiers import need
+from support.uncertainty_tree import ENSEMBLES, HEADS, NEEDED, add_active_learning, add_blocks, al_summary
 
 from prefpipe.report.write import build
 
@@ -165,9 +166,11 @@ PROBE = """<script>
 window.addEventListener('load', () => {
   const board = document.getElementById('scoreboard');
   const box = board ? board.getBoundingClientRect() : null;
+  const uses = document.getElementById('scoreboard-uses');
   const result = {
     scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
     innerHeight: window.innerHeight, boardBottom: box ? box.bottom : null, boardTop: box ? box.top : null,
+    usesBottom: uses ? uses.getBoundingClientRect().bottom : null,
     boards: [...document.querySelectorAll('table.board')].map(t => [...t.rows].map(
       r => [...r.cells].map(c => c.textContent))),
     wideTables: [...document.querySelectorAll('.tablewrap')].filter(e => e.scrollWidth > e.clientWidth + 1).length,
@@ -256,3 +259,49 @@ def test_layout_check_fails_on_a_table_wider_than_the_page(browser, report, tmp_
     facts = layout(browser, page, SIZES[0], tmp_path)
     with pytest.raises(AssertionError, match="wider than the page"):
         check_layout(facts)
+
+
+@pytest.fixture(scope="module")
+def uncertainty_report(tmp_path_factory) -> Path:
+    """The report of an uncertainty experiment's tree: uncertainty blocks, a deep ensemble, active learning."""
+    base = tmp_path_factory.mktemp("chromium-uses")
+    root = base / "results"
+    write_results_tree(root, reward_steps=10, grpo_steps=20)
+    add_blocks(root, HEADS, ENSEMBLES)
+    add_active_learning(root, al_summary(NEEDED, whole_pool=False))
+    files = manifest()
+    files.files["eval_ensemble"] = {name: f"eval_ensemble/{name}/summary.json" for name in ENSEMBLES}
+    cfg = report_settings({"figure_dpi": 60}, experiment="synthetic-uncertainty", seed=0)
+    build(cfg, root, root / "report", files)
+    return root / "report" / "report.html"
+
+
+def check_uses_fold(facts: dict) -> None:
+    assert facts["usesBottom"] is not None and facts["usesBottom"] <= facts["innerHeight"], (
+        f"what-to-use-when board not within the first screen: {facts}"
+    )
+
+
+def test_the_uses_board_sits_on_the_first_screen_with_the_summaries_figures(
+    browser, uncertainty_report, tmp_path
+):
+    """At 1366x768 the what-to-use-when board ends above the fold, and its cells as Chromium shows them hold the
+    fixture's AUROCs (the uncertainty blocks' values, written out here) and the pushed-down control fails."""
+    facts = layout(browser, uncertainty_report, SIZES[0], tmp_path / "real")
+    check_uses_fold(facts)
+    header, *rows = facts["boards"][0]
+    assert header[:4] == ["Use", "Measured by", "Best", "Its figure [95%]"]
+    shown = {row[0]: [unmarked(c) for c in row[1:]] for row in rows}
+    assert list(shown) == ["Calibration", "Unfamiliar inputs", "Errors", "Label disagreement", "Label saving"]
+    assert shown["Unfamiliar inputs"][1:3] == ["bgpm: mutual information", "0.957 [0.943, 0.969]"]
+    assert shown["Label disagreement"][1:3] == [
+        "ensemble gpm-ensemble: mutual information",
+        "0.756 [0.726, 0.785]",
+    ]
+    tall = '<div style="height: 900px">spacer</div>'
+    page = uncertainty_report.with_name("report_pushed.html")
+    page.write_text(
+        uncertainty_report.read_text(encoding="utf-8").replace("<body>", "<body>" + tall, 1), encoding="utf-8"
+    )
+    with pytest.raises(AssertionError, match="not within the first screen"):
+        check_uses_fold(layout(browser, page, SIZES[0], tmp_path / "pushed"))

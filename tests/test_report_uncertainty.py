@@ -4,32 +4,10 @@ the verdicts follow the intervals, and a tree without blocks gets neither sectio
 
 from __future__ import annotations
 
-import json
-
 from support.results_tree import manifest, report_markdown, write_results_tree
+from support.uncertainty_tree import add_blocks
 
 from prefpipe.report.inputs import Manifest
-
-
-def _auroc(value, low, high):
-    return {"value": value, "low": low, "high": high, "positives": 10, "negatives": 90}
-
-
-def _block(measures):
-    """An uncertainty block: measure -> {target: (value, low, high)}; AURC for the non-margin ones."""
-    targets = {t for per in measures.values() for t in per}
-    auroc = {t: {m: _auroc(*per[t]) for m, per in measures.items() if t in per} for t in sorted(targets)}
-    aurc = {
-        m: {
-            "uncertainty": 0.03,
-            "margin": 0.029,
-            "difference": {"value": 0.001, "low": -0.0004, "high": 0.0031},
-        }
-        for m in measures
-        if m != "neg_abs_margin"
-    }
-    return {"n": 100, "accuracy": 0.9, "auroc": auroc, "aurc_vs_margin": aurc, "disagreement_at": 0.2}
-
 
 BGPM = {
     "neg_abs_margin": {"errors": (0.76, 0.74, 0.79)},
@@ -48,15 +26,7 @@ ENSEMBLE = {
 
 
 def _add_blocks(root):
-    for variant, measures in (("bgpm", BGPM), ("gpm", GPM)):
-        path = root / "eval" / variant / "summary.json"
-        summary = json.loads(path.read_text())
-        summary["benchmarks"]["synthetic"]["uncertainty"] = _block(measures)
-        path.write_text(json.dumps(summary))
-    folder = root / "eval_ensemble" / "gpm-ensemble"
-    folder.mkdir(parents=True)
-    summary = {"stage": "eval_ensemble", "members": ["gpm", "gpm-seed1"], "uncertainty": _block(ENSEMBLE)}
-    (folder / "summary.json").write_text(json.dumps(summary))
+    add_blocks(root, {"bgpm": BGPM, "gpm": GPM}, {"gpm-ensemble": ENSEMBLE})
 
 
 def test_uncertainty_answer_and_table_show_the_recorded_numbers(tmp_path):

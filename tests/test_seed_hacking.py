@@ -27,9 +27,11 @@ GAPS = {
     "rm_bgpm_risk5": [0.2, 0.9, 0.3],
     "rm_ens0": [1.3, 1.6, 0.7],
     "rm_ens_risk": [0.6, 1.1, 0.4],
+    "rm_bgpm_mi0": [0.9, 1.5, 1.2],
+    "rm_bgpm_mi": [0.4, 1.3, 0.8],
 }
 RATIOS = [0.1, 0.2, 0.3]  # each risk-averse run's penalty spread ratio per seed
-AVERSE = ("rm_bgpm_risk", "rm_bgpm_risk5", "rm_ens_risk")
+AVERSE = ("rm_bgpm_risk", "rm_bgpm_risk5", "rm_ens_risk", "rm_bgpm_mi")
 T_975_2 = 4.302652729749464  # Student t, 97.5% quantile, 2 dof (tables)
 SPEC = {"type": "reward_model", "name": None, "weight": 1.0, "opponent": "reference"}
 
@@ -93,8 +95,15 @@ def test_gaps_ratios_and_paired_t_intervals_by_hand(tmp_path):
     assert ratio["mean"] == pytest.approx(0.2) and ratio["sd"] == pytest.approx(0.1)
     assert "spread_ratio" not in block["runs"]["rm_bt"]  # no penalty, no ratio
     pairs = {(c["a"], c["b"]): c for c in block["contrasts"]}
-    # each risk-averse run against the BT baseline and its own k = 0 control only (seed_summary.controls)
-    controls = {"rm_bgpm_risk": "rm_bgpm0", "rm_bgpm_risk5": "rm_bgpm0", "rm_ens_risk": "rm_ens0"}
+    # each risk-averse run against the BT baseline and its own k = 0 control only (seed_summary.controls): the
+    # same reward model paying the same measure (the sd runs' control pays the score, the information run's the
+    # predictive probability)
+    controls = {
+        "rm_bgpm_risk": "rm_bgpm0",
+        "rm_bgpm_risk5": "rm_bgpm0",
+        "rm_ens_risk": "rm_ens0",
+        "rm_bgpm_mi": "rm_bgpm_mi0",
+    }
     assert set(pairs) == {(a, b) for a, k0 in controls.items() for b in ("rm_bt", k0)}
     for (a, b), got in pairs.items():
         d = np.subtract(GAPS[a], GAPS[b])

@@ -33,20 +33,29 @@ def _risk_averse(run: GrpoSettings) -> bool:
     return any(spec["type"] == RM_SOURCE and spec["risk_aversion"] for spec in run.rewards)
 
 
+def _measure(run: GrpoSettings) -> str | None:
+    """What the run's reward-model reward pays per comparison (grpo.rewards[].risk_measure): at k = 0 the
+    score for `sd`, the predictive probability for `mutual_information`."""
+    return next((spec["risk_measure"] for spec in run.rewards if spec["type"] == RM_SOURCE), None)
+
+
 def controls(settings: PipelineSettings) -> dict[str, list[str]]:
     """{risk-averse run: the runs without risk aversion it is compared with}: those paid by the same reward
-    model (its k = 0 control: the risk term alone changes) and those paid by a scalar-head reward model (the BT
-    baseline: head and risk term change together)."""
+    model with the same risk measure (its k = 0 control: the risk term alone changes) and those paid by a
+    scalar-head reward model (the BT baseline: head and risk term change together)."""
 
     def scalar(run: GrpoSettings) -> bool:
         variant = settings.reward.get(run.reward_model or "")
         return variant is not None and get_head_class(variant.head.type).scalar_reward
 
+    def own(run: GrpoSettings, other: GrpoSettings) -> bool:
+        return other.reward_model == run.reward_model and _measure(other) == _measure(run)
+
     plain = {
         name: run for name, run in settings.grpo.items() if run.uses_reward_model() and not _risk_averse(run)
     }
     return {
-        name: [b for b, other in plain.items() if other.reward_model == run.reward_model or scalar(other)]
+        name: [b for b, other in plain.items() if own(run, other) or scalar(other)]
         for name, run in settings.grpo.items()
         if _risk_averse(run)
     }

@@ -32,10 +32,12 @@ from prefpipe.common.io import atomic_file
 from prefpipe.data.pair_length import response_length
 from prefpipe.evaluation.accuracy_summary import is_correct, summarize_scores
 from prefpipe.evaluation.calibration import (
+    ECE,
     POINT_METHOD,
     PREDICTIVE_METHOD,
     calibration_report,
     mc_expected_sigmoid,
+    sigmoid,
 )
 from prefpipe.evaluation.length_control import length_control_report
 from prefpipe.evaluation.length_split import length_report
@@ -66,6 +68,7 @@ from prefpipe.evaluation.summary_keys import (
     TRUNCATION_KEY,
     UNCERTAINTY,
 )
+from prefpipe.evaluation.uncertainty import ece_interval
 from prefpipe.evaluation.uncertainty_block import candidates, uncertainty_block
 from prefpipe.settings.evaluation import UncertaintyEvalSettings
 
@@ -289,7 +292,7 @@ def summarize_pairs(
     if scored.variance is not None:
         summary |= _variance_checks(scored, correct, pred.prob, tau, calibration, mc_samples, seed)
     if uncertainty is not None:
-        summary[UNCERTAINTY] = _uncertainty(rows, scored, pred, correct, uncertainty, seed)
+        summary[UNCERTAINTY] = _uncertainty(rows, scored, pred, correct, uncertainty, seed, n_bins)
     return frame, summary
 
 
@@ -309,10 +312,16 @@ def _uncertainty(
     correct: np.ndarray,
     settings: UncertaintyEvalSettings,
     seed: int,
+    n_bins: int,
 ) -> dict[str, Any]:
-    """The head's uncertainty block (prefpipe.evaluation.uncertainty_block) on these pairs."""
+    """The head's uncertainty block (prefpipe.evaluation.uncertainty_block) on these pairs, with the ECE of the
+    calibration block and its interval from the block's bootstrap settings (`ece`)."""
     found = candidates(scored.score, scored.variance, pred.posterior)
-    return uncertainty_block(correct, found, rows, [r["subset"] for r in rows], settings, seed)
+    strata = [r["subset"] for r in rows]
+    block = uncertainty_block(correct, found, rows, strata, settings, seed)
+    boot = {"resamples": settings.resamples, "confidence": settings.confidence, "seed": seed}
+    block[ECE] = ece_interval(sigmoid(pred.logit), correct, strata, n_bins=n_bins, **boot)
+    return block
 
 
 def evaluate_rewardbench2(

@@ -10,7 +10,8 @@
   with a bootstrap interval stratified by the target (every resample keeps both classes' counts).
 - The risk-coverage curve (risk among the k most certain pairs, ties broken at random in expectation) and its
   area (AURC), compared with the same curve from the point margin by a paired bootstrap.
-- ECE of two heads on the same pairs and a paired bootstrap interval on their difference.
+- ECE of one head with a bootstrap interval, and of two heads on the same pairs with a paired bootstrap interval
+  on their difference.
 Bootstraps reuse the evaluation's stratified draw (prefpipe.evaluation.paired_bootstrap).
 """
 
@@ -218,3 +219,23 @@ def ece_difference(
         "b": expected_calibration_error(pb, cb, n_bins),
         "difference": diff,
     }
+
+
+def ece_interval(
+    prob: np.ndarray,
+    correct: np.ndarray,
+    strata: Sequence[Any],
+    *,
+    n_bins: int,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, float]:
+    """ECE of one head (calibration.expected_calibration_error) and its percentile interval over resamples of
+    the pairs within each stratum (the subsets), drawn as ece_difference draws them."""
+    p, c = _vector(prob, "prob"), np.asarray(correct, dtype=bool).reshape(-1)
+    if not len(p) == len(c) == len(strata):
+        raise ValueError("ece_interval: one probability, one decision and one stratum per pair")
+    return bootstrap(
+        lambda i: expected_calibration_error(p[i], c[i], n_bins), strata, resamples, confidence, seed
+    )

@@ -21,6 +21,12 @@ DESCRIBED = {
     "random": "random selection",
     "bgpm": "the Bayesian GPM's mutual information",
     "ensemble": "the deep ensemble's score sd",
+    "ensemble_bald": "the deep ensemble's mutual information",
+    "batchbald": "the Bayesian GPM's BatchBALD",
+    "ensemble_batchbald": "the deep ensemble's BatchBALD",
+    "epig": "the Bayesian GPM's EPIG",
+    "ensemble_epig": "the deep ensemble's EPIG",
+    "balpm": "the Bayesian GPM's BAL-PM (BALD plus prompt diversity)",
 }
 
 
