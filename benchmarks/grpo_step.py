@@ -150,10 +150,8 @@ def worker_prefpipe(case: dict) -> dict:
 
             model = get_peft_model(model, lora_config())
             lora_state = "fresh"
-    from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
     from prefpipe.grpo.metric_names import PHASE_PREFIX
 
-    set_logprob_chunk_tokens(model, cfg.logprob_chunk_tokens)  # as the train_grpo stage does
     rows = [{"id": str(i), "prompt": p, "answer": None, "kind": "none"} for i, p in enumerate(prompts(64))]
 
     def fn(inputs):
