@@ -11,6 +11,8 @@
 #           the workflow end to end on CUDA (benchmarks/gpu_workflow.sh: config/experiments/gpu_smoke.yaml, every
 #           stage's versions.json `ran_on` checked, workflow.json)
 #   later   bash benchmarks/device_window.sh paper      (about 6 min: the 2B step with grpo.logprob_chunk_tokens)
+#   later   bash benchmarks/device_window.sh decode     (about 6 min: GRPO at beta 0 against TRL, 3 rounds, with the
+#           prefpipe_compiled side: grpo.rollout.compile_decode reduce-overhead, the decode step as a CUDA graph)
 #
 # Carry .whl, .gpu-assets (benchmarks/gpu_wheels.sh) and .whl-workflow (benchmarks/gpu_workflow_wheels.sh): about
 # 44 MiB with the repository, under the 64 MiB a call carries. Each part writes under $OUT/<part>/; copy those
@@ -18,7 +20,7 @@
 # CPU (its parts are the smoke-tested scripts of tests/test_benchmarks_smoke.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: device_window.sh measure|workflow|paper}
+part=${1:?usage: device_window.sh measure|workflow|paper|decode}
 OUT=${OUT:-$(mktemp -d)}
 dest="$OUT/$part"
 mkdir -p "$dest"
@@ -38,7 +40,7 @@ rc=0
 case "$part" in
 measure)
     "$PY" benchmarks/device_check.py "${size[@]}" --budget-s "${PREFPIPE_REWARD_BUDGET_S:-300}" --out "$dest" || rc=1
-    grpo_args=(--sections grpo --rounds 3 --budget-s "${PREFPIPE_GRPO_BUDGET_S:-210}")
+    grpo_args=(--sections grpo --rounds 3 --budget-s "${PREFPIPE_GRPO_BUDGET_S:-210}" --grpo-compiled none)
     [ "$smoke" = "1" ] && grpo_args+=(--quick)
     "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_grpo.json" >"$dest/gpu_grpo.md" || rc=1
     ;;
@@ -49,12 +51,17 @@ workflow)
     fi
     OUT="$dest" PREFPIPE_WORKFLOW_BUDGET_S=${PREFPIPE_WORKFLOW_BUDGET_S:-270} bash benchmarks/gpu_workflow.sh || rc=1
     ;;
+decode)
+    grpo_args=(--sections grpo --grpo-betas 0 --rounds 3 --budget-s "${PREFPIPE_DECODE_BUDGET_S:-330}")
+    [ "$smoke" = "1" ] && grpo_args+=(--quick)
+    "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_decode.json" >"$dest/gpu_decode.md" || rc=1
+    ;;
 paper)
     [ "$smoke" = "1" ] && export PREFPIPE_PAPER_ARGS="--device cpu --size tiny"
     OUT="$dest" bash benchmarks/gpu_paper_chunk.sh || rc=1
     ;;
 *)
-    echo "unknown part: $part (measure | workflow | paper)" >&2
+    echo "unknown part: $part (measure | workflow | paper | decode)" >&2
     exit 2
     ;;
 esac
