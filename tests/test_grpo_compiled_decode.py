@@ -36,24 +36,24 @@ def model(tok):
     return tiny_llama(tok, seed=0).eval()
 
 
-def _prefilled(m, tok):
+def _prompts(m, tok):
     batch = tokenize_prompts(tok, PROMPTS, None)
-    cache, logits, attn, pos = prefill(m, batch.input_ids, batch.attention_mask, G)
-    return batch, cache, logits, attn, pos
+    device = next(m.parameters()).device
+    return batch.input_ids.to(device), batch.attention_mask.to(device)
 
 
 def _teacher_forced(m, tok, tokens: torch.Tensor, mode: str | None) -> torch.Tensor:
     """Log-probs (n, steps, vocab) of the decode steps fed `tokens` (n, steps): the lean step (mode None) or
     the static step in `mode`."""
     with torch.no_grad():
-        _, cache, logits, attn, pos = _prefilled(m, tok)
+        cache, logits, attn, pos = prefill(m, *_prompts(m, tok), G)
         lean = LeanLlama.build(m, T)
         fast = lean if mode is None else StaticDecode(m, lean, mode)
         fast.start(cache, attn, pos, T)
         out = [logits.log_softmax(-1)]
         for t in range(tokens.shape[1] - 1):
-            out.append(fast.step(tokens[:, t]).log_softmax(-1))
-    return torch.stack(out, 1)
+            out.append(fast.step(tokens[:, t].to(attn.device)).log_softmax(-1))
+    return torch.stack(out, 1).cpu()
 
 
 @pytest.mark.parametrize("variant", ["full", "lora"])
@@ -66,44 +66,57 @@ def test_static_step_gives_the_lean_step_logits(model, tok, variant):
     assert cache_width(tokenize_prompts(tok, PROMPTS, None).input_ids.shape[1], T) % 64 == 0
 
 
-def _decode(m, tok, uniforms, mode: str) -> torch.Tensor:
-    batch = tokenize_prompts(tok, PROMPTS, None)
-    eos = int(m(batch.input_ids[:1]).logits[0, -1].argmax())  # the untrained model's frequent token: rows end
-    args = (G, T, [eos], pad_token_id(tok), uniforms, 0.9, 0, 1.0)
-    return decode_compact(m, batch.input_ids, batch.attention_mask, *args, compile_decode=mode)
-
-
-@pytest.fixture(scope="module")
-def decoded(model, tok):
-    """Greedy and seeded-sampled decodes, eager and compiled (mode default: inductor, one shape, one compile)."""
+def _decodes(m, tok, mode: str) -> dict:
+    """Greedy and seeded-sampled decodes, eager and compiled in `mode`, and the graphs the compile made."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(2))
+    ids, mask = _prompts(m, tok)
+    u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(2)).to(ids.device)
+    out = {}
     with torch.no_grad():
-        out = {
-            (kind, mode): _decode(model, tok, uniforms, mode)
-            for kind, uniforms in (("greedy", None), ("sampled", u))
-            for mode in ("none", "default")
-        }
+        eos = int(m(ids[:1]).logits[0, -1].argmax())  # the untrained model's frequent token: rows end early
+        for kind, uniforms in (("greedy", None), ("sampled", u)):
+            args = (G, T, [eos], pad_token_id(tok), uniforms, 0.9, 0, 1.0)
+            for how in ("none", mode):
+                out[kind, how] = decode_compact(m, ids, mask, *args, compile_decode=how).cpu()
     out["graphs"] = counters["stats"]["unique_graphs"]  # a shape that changed per step would recompile
     return out
 
 
-@pytest.mark.parametrize("kind", ["greedy", "sampled"])
-def test_compiled_decode_samples_the_eager_tokens_with_its_logprobs(model, tok, decoded, kind):
-    eager, compiled = decoded[kind, "none"], decoded[kind, "default"]
-    assert decoded["graphs"] == 1  # every step of both decodes replayed the one graph
+def _check_compiled(m, tok, decoded: dict, kind: str, mode: str) -> None:
+    eager, compiled = decoded[kind, "none"], decoded[kind, mode]
+    assert decoded["graphs"] == 1  # every step of both decodes ran the one graph
     assert torch.equal(compiled, eager)
     if kind == "greedy":
         assert eager.shape[1] == T  # some rows ran to the end while others finished early (pad after EOS)
     pad = pad_token_id(tok)
     assert (eager == pad).any(dim=1).sum() >= 1
     tokens = torch.where(eager == pad, 0, eager)  # a finished row's step still runs on some token
-    want = _teacher_forced(model, tok, tokens, None)
-    got = _teacher_forced(model, tok, tokens, "default")
+    want = _teacher_forced(m, tok, tokens, None)
+    got = _teacher_forced(m, tok, tokens, mode)
     assert (got - want).abs().max() < LOGPROB_TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def decoded(model, tok):
+    """On the CPU: mode default (inductor), one shape, compiled once for every case here."""
+    return _decodes(model, tok, "default")
+
+
+@pytest.mark.parametrize("kind", ["greedy", "sampled"])
+def test_compiled_decode_samples_the_eager_tokens_with_its_logprobs(model, tok, decoded, kind):
+    _check_compiled(model, tok, decoded, kind, "default")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graph_decode_samples_the_eager_tokens_with_its_logprobs(tok):
+    """On a GPU (the device window): mode reduce-overhead, the step replayed as a CUDA graph."""
+    m = tiny_llama(tok, seed=0).eval().cuda()
+    decoded = _decodes(m, tok, "reduce-overhead")
+    for kind in ("greedy", "sampled"):
+        _check_compiled(m, tok, decoded, kind, "reduce-overhead")
 
 
 def test_compile_modes_are_the_schema_enum_and_reach_the_plain_engine():
