@@ -98,17 +98,12 @@ def _compile_decode(s: Any) -> Refusal:  # GrpoSettings
     """rollout.compile_decode acts on the single-turn decode of the plain engine's fast path only."""
     if s.rollout.compile_decode == "none":
         return None
-    where = (
-        f"rollout.engine = {s.rollout.engine!r}"
-        if s.rollout.engine != "plain"
-        else (
-            "fast_paths = false"
-            if not s.fast_paths
-            else "episodes.enabled = true"
-            if s.episodes.enabled
-            else None
-        )
+    unused = (
+        (s.rollout.engine != "plain", f"rollout.engine = {s.rollout.engine!r}"),
+        (not s.fast_paths, "fast_paths = false"),
+        (s.episodes.enabled, "episodes.enabled = true"),
     )
+    where = next((why for hit, why in unused if hit), None)
     if where is None:
         return None
     return "rollout.compile_decode", (
