@@ -15,8 +15,8 @@ give: the same shapes and the same tensor addresses at every step. So here
   - finished rows stay in the batch (the compacting loop drops them, which changes the shape); their tokens
     are discarded (grpo/rollout/fast/decode.py);
   - the cache, bias, rotary tables and every weight the step reads keep their addresses across steps and
-    rollouts: buffers kept per model (weakly) and copied into at the start of a rollout (a parameter is read
-    where it is; a LoRA-merged or concatenated weight is copied into its buffer).
+    rollouts: buffers kept per model (weakly; the cache's, one set per shape) and copied into at the start of a
+    rollout (a parameter is read where it is; a LoRA-merged or concatenated weight is copied into its buffer).
 Each compiled shape (rows, cache width) is one graph; a shape seen for the first time compiles (seconds to a
 minute), so the option pays over a run's many rollouts of one shape, not in a single short decode.
 """
@@ -135,9 +135,14 @@ class StaticDecode:
         self, cache, attention_mask: torch.Tensor, positions: torch.Tensor, max_new_tokens: int
     ) -> None:
         """As `LeanLlama.start`: the prefilled cache (rows x prompt width) copied into the static one."""
-        lean, empty = self.lean, self.slots.empty
+        lean = self.lean
         n, width = attention_mask.shape
         total = cache_width(width, max_new_tokens)
+
+        def empty(name: str, like: torch.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+            # one set per shape: rollouts of alternating shapes each keep their graph's addresses
+            return self.slots.empty(f"{n}x{total}.{name}", like, shape)
+
         self.weights = self._weights()
         ks, vs = [], []
         for i in range(len(lean.layers)):
