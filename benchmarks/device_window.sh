@@ -11,8 +11,9 @@
 #           the workflow end to end on CUDA (benchmarks/gpu_workflow.sh: config/experiments/gpu_smoke.yaml, every
 #           stage's versions.json `ran_on` checked, workflow.json)
 #   later   bash benchmarks/device_window.sh paper      (about 6 min: the 2B step with grpo.logprob_chunk_tokens)
-#   later   bash benchmarks/device_window.sh decode     (about 6 min: GRPO at beta 0 against TRL, 3 rounds, with the
-#           prefpipe_compiled side: grpo.rollout.compile_decode reduce-overhead, the decode step as a CUDA graph)
+#   later   bash benchmarks/device_window.sh decode     (about 7 min: the compiled decode's CUDA check, then GRPO at
+#           beta 0 against TRL, 3 rounds, with the prefpipe_compiled side: grpo.rollout.compile_decode
+#           reduce-overhead, the decode step as a CUDA graph)
 #
 # Carry .whl, .gpu-assets (benchmarks/gpu_wheels.sh) and .whl-workflow (benchmarks/gpu_workflow_wheels.sh): about
 # 44 MiB with the repository, under the 64 MiB a call carries. Each part writes under $OUT/<part>/; copy those
@@ -52,6 +53,13 @@ workflow)
     OUT="$dest" PREFPIPE_WORKFLOW_BUDGET_S=${PREFPIPE_WORKFLOW_BUDGET_S:-270} bash benchmarks/gpu_workflow.sh || rc=1
     ;;
 decode)
+    # first the correctness check on CUDA (tests/test_grpo_compiled_decode.py's CUDA-graph case), where pytest is
+    if "$PY" -c "import pytest" 2>/dev/null; then
+        "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/test_grpo_compiled_decode.py \
+            >"$dest/compiled_decode_check.txt" 2>&1 || rc=1
+    else
+        echo "pytest is not installed here: the CUDA check did not run" >"$dest/compiled_decode_check.txt"
+    fi
     grpo_args=(--sections grpo --grpo-betas 0 --rounds 3 --budget-s "${PREFPIPE_DECODE_BUDGET_S:-330}")
     [ "$smoke" = "1" ] && grpo_args+=(--quick)
     "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_decode.json" >"$dest/gpu_decode.md" || rc=1
