@@ -14,6 +14,9 @@
 #           2 rounds: async metrics, bf16 master weights, packing, Liger's kernels, torch.compile; each side's
 #           first-step agreement with the plain path)
 #   later   bash benchmarks/device_window.sh paper      (about 6 min: the 2B step with grpo.logprob_chunk_tokens)
+#   later   bash benchmarks/device_window.sh decode     (about 7 min: the compiled decode's CUDA check, then GRPO at
+#           beta 0 against TRL, 3 rounds, with the prefpipe_compiled side: grpo.rollout.compile_decode
+#           reduce-overhead, the decode step as a CUDA graph)
 #
 # Carry .whl, .gpu-assets (benchmarks/gpu_wheels.sh) and .whl-workflow (benchmarks/gpu_workflow_wheels.sh): about
 # 44 MiB with the repository, under the 64 MiB a call carries. Each part writes under $OUT/<part>/; copy those
@@ -21,7 +24,7 @@
 # CPU (its parts are the smoke-tested scripts of tests/test_benchmarks_smoke.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: device_window.sh measure|workflow|levers|paper}
+part=${1:?usage: device_window.sh measure|workflow|levers|paper|decode}
 OUT=${OUT:-$(mktemp -d)}
 dest="$OUT/$part"
 mkdir -p "$dest"
@@ -42,7 +45,7 @@ case "$part" in
 measure)
     "$PY" benchmarks/device_check.py "${size[@]}" --sides core --budget-s "${PREFPIPE_REWARD_BUDGET_S:-300}" \
         --out "$dest" || rc=1
-    grpo_args=(--sections grpo --rounds 3 --budget-s "${PREFPIPE_GRPO_BUDGET_S:-210}")
+    grpo_args=(--sections grpo --rounds 3 --budget-s "${PREFPIPE_GRPO_BUDGET_S:-210}" --grpo-compiled none)
     [ "$smoke" = "1" ] && grpo_args+=(--quick)
     "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_grpo.json" >"$dest/gpu_grpo.md" || rc=1
     ;;
@@ -57,12 +60,24 @@ workflow)
     fi
     OUT="$dest" PREFPIPE_WORKFLOW_BUDGET_S=${PREFPIPE_WORKFLOW_BUDGET_S:-270} bash benchmarks/gpu_workflow.sh || rc=1
     ;;
+decode)
+    # first the correctness check on CUDA (tests/test_grpo_compiled_decode.py's CUDA-graph case), where pytest is
+    if "$PY" -c "import pytest" 2>/dev/null; then
+        "$PY" -m pytest -q -p no:cacheprovider -k cuda tests/test_grpo_compiled_decode.py \
+            >"$dest/compiled_decode_check.txt" 2>&1 || rc=1
+    else
+        echo "pytest is not installed here: the CUDA check did not run" >"$dest/compiled_decode_check.txt"
+    fi
+    grpo_args=(--sections grpo --grpo-betas 0 --rounds 3 --budget-s "${PREFPIPE_DECODE_BUDGET_S:-330}")
+    [ "$smoke" = "1" ] && grpo_args+=(--quick)
+    "$PY" benchmarks/gpu.py "${size[@]}" "${grpo_args[@]}" --out "$dest/gpu_decode.json" >"$dest/gpu_decode.md" || rc=1
+    ;;
 paper)
     [ "$smoke" = "1" ] && export PREFPIPE_PAPER_ARGS="--device cpu --size tiny"
     OUT="$dest" bash benchmarks/gpu_paper_chunk.sh || rc=1
     ;;
 *)
-    echo "unknown part: $part (measure | workflow | paper)" >&2
+    echo "unknown part: $part (measure | workflow | paper | decode)" >&2
     exit 2
     ;;
 esac

@@ -26,7 +26,12 @@ grpo     prefpipe's GRPOTrainer vs TRL 1.16 GRPOTrainer, grpo_step.py's settings
          prefpipe's grpo `dtype: bfloat16` (load_policy keeps the weights in bf16) against TRL with the
          weights loaded in bf16 (model_init_kwargs) and bf16=True. s/step and generated (completion) tokens/s
          per side; the speed-up per round (prefpipe and TRL alternate; rounds after the first run only if the
-         budget allows).
+         budget allows). On CUDA a third side, prefpipe_compiled, runs after them in each round at beta 0 only
+         (the decode does not depend on beta): prefpipe with grpo.rollout.compile_decode --grpo-compiled
+         (default reduce-overhead: the decode step one compiled graph replayed as a CUDA graph,
+         grpo/rollout/fast/static_decode.py; none: no third side); its first step (the compile, excluded from
+         the timed steps) and the graphs it compiled are in the JSON. --grpo-betas limits the betas.
+         Every prefpipe side records its per-phase shares of a step (rollout, reward, log-probs, update).
 reward   reward_train.py's comparison: prefpipe BT and GPM heads vs TRL RewardTrainer (BT), the same HH-RLHF
          pairs (all within max_length 512, same token ids), 32 pairs per step, fp32 weights under bf16
          autocast on both sides (prefpipe's precision auto = accelerate bf16; TRL bf16=True). pairs/s, and MFU
@@ -84,8 +89,10 @@ GIB = 2**30
 # (prefpipe) and ~45 s (TRL) a child, 4 children a round; reward ~15-25 s a child, 3 a round; scoring ~60 s a
 # side (full), ~30 s (--quick). Full: ~4.5 min for the first rounds, ~7 with the second (dropped if the budget
 # does not allow it); --quick: ~3.5 min.
-GUESS_S = {"0.5b": {"grpo_prefpipe": 30, "grpo_trl": 45, "reward": 25, "scoring": 90}}
-GUESS_TINY_S = {"grpo_prefpipe": 20, "grpo_trl": 30, "reward": 20, "scoring": 25}
+GUESS_S = {"0.5b": {"grpo_prefpipe": 30, "grpo_trl": 45, "grpo_prefpipe_compiled": 120, "reward": 25,
+                    "scoring": 90}}  # fmt: skip
+GUESS_TINY_S = {"grpo_prefpipe": 20, "grpo_trl": 30, "grpo_prefpipe_compiled": 60, "reward": 20, "scoring": 25}
+COMPILED_SIDE = "prefpipe_compiled"  # prefpipe with grpo.rollout.compile_decode --grpo-compiled; CUDA only
 REWARD_SIDES = ("prefpipe_bt", "prefpipe_gpm", "trl")
 
 
@@ -93,13 +100,13 @@ def plan(size: str, quick: bool) -> dict:
     """The sizes of every case (see GUESS_S for the estimated times)."""
     if size == "tiny":  # the local smoke run on CPU
         return {
-            "grpo": dict(prompts=2, G=4, tokens=16, betas=[0.0, 0.04], steps=2),
+            "grpo": dict(prompts=2, G=4, tokens=16, betas=[0.0, 0.04], steps=2, compiled_betas=[0.0]),
             "reward": dict(batch=8, max_length=128, lr=1e-5, steps=2, n_pairs=64),
             "scoring": dict(batch_sizes=[4, 8], lengths=[32, 64], pairs=16, units=1,
                             natural=dict(max_length=128, batch_size=8, pairs=16)),
         }  # fmt: skip
     return {
-        "grpo": dict(prompts=8, G=8, tokens=128, betas=[0.0, 0.04], steps=2 if quick else 4),
+        "grpo": dict(prompts=8, G=8, tokens=128, betas=[0.0, 0.04], steps=2 if quick else 4, compiled_betas=[0.0]),
         "reward": dict(batch=32, max_length=512, lr=1e-5, steps=4 if quick else 10, n_pairs=512),
         # units: timed passes per case after one warm-up pass
         "scoring": dict(batch_sizes=[8, 128] if quick else [8, 32, 128],
@@ -168,7 +175,7 @@ def worker_scoring(case: dict) -> dict:
 def worker(case: dict) -> None:
     kind = case["kind"]
     if kind == "grpo":
-        run = grpo_step.worker_prefpipe if case["side"] == "prefpipe" else grpo_step.worker_trl
+        run = grpo_step.worker_trl if case["side"] == "trl" else grpo_step.worker_prefpipe  # or prefpipe_compiled
         out = {**run(case), **common.cuda_peak_memory()}
     elif kind == "reward":
         side = case["side"]
@@ -332,10 +339,13 @@ def median_or_none(xs: list) -> float | None:
 
 
 def grpo_rows(results: dict) -> list[dict]:
+    """Per beta: each side's figures over the rounds and the speed-ups (prefpipe_compiled where it ran)."""
     rows = []
     for beta, per_round in results.items():
         sides = {}
-        for side in ("prefpipe", "trl"):
+        for side in ("prefpipe", "trl", COMPILED_SIDE):
+            if side == COMPILED_SIDE and not any(side in r for r in per_round):
+                continue
             got = [r.get(side, {}) for r in per_round]
             s_step = [statistics.median(g["times"]) if g.get("times") else None for g in got]
             tok_s = [
@@ -351,10 +361,44 @@ def grpo_rows(results: dict) -> list[dict]:
                 "errors": [g.get("error") or g.get("skipped") for g in got if "times" not in g],
                 "steps_timed": [g.get("times") for g in got],
                 "phases_rounds": [g["phases"] for g in got if g.get("phases")],  # prefpipe's per-phase shares
+                "first_step_s": [g.get("first_step_s") for g in got], "compiled_graphs": [g.get("compiled_graphs") for g in got],
             }  # fmt: skip
         speed = ratios(sides["prefpipe"]["s_per_step_rounds"], sides["trl"]["s_per_step_rounds"], True)
-        rows.append({"beta": float(beta), **{f"{k}": v for k, v in sides.items()}, **speed})
+        row = {"beta": float(beta), **{f"{k}": v for k, v in sides.items()}, **speed}
+        if COMPILED_SIDE in sides:
+            compiled = sides[COMPILED_SIDE]["s_per_step_rounds"]
+            row["compiled_vs_trl"] = ratios(compiled, sides["trl"]["s_per_step_rounds"], True)
+            row["compiled_vs_prefpipe"] = ratios(compiled, sides["prefpipe"]["s_per_step_rounds"], True)
+        rows.append(row)
     return rows
+
+
+def rollout_share(side: dict) -> float | None:
+    """The median over rounds of a prefpipe side's rollout share of a step (phase/rollout_share)."""
+    return median_or_none([p.get("phase/rollout_share") for p in side.get("phases_rounds", [])])
+
+
+def compiled_markdown(rows: list[dict], mode: str) -> list[str]:
+    """The prefpipe_compiled side's table (grpo.rollout.compile_decode `mode`), where it ran."""
+    out = []
+    for r in rows:
+        c = r.get(COMPILED_SIDE)
+        if not c:
+            continue
+        if not out:
+            out += ["", f"prefpipe with grpo.rollout.compile_decode {mode} (the decode step compiled)",
+                    "| beta | s/step | gen tok/s | vs TRL [min, max] | vs prefpipe eager [min, max] | rollout share "
+                    "eager / compiled | first step s | graphs |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        spans = [
+            f"{x['speedup_median']:.2f}x [{x['speedup_min']:.2f}, {x['speedup_max']:.2f}]" if x else "-"
+            for x in (r.get("compiled_vs_trl"), r.get("compiled_vs_prefpipe"))
+        ]
+        out.append(
+            f"| {r['beta']} | {fmt(c['s_per_step'])} | {fmt(c['generated_tokens_per_s'], '.0f')} | {spans[0]} | "
+            f"{spans[1]} | {fmt(rollout_share(r['prefpipe']), '.0%')} / {fmt(rollout_share(c), '.0%')} | "
+            f"{fmt(median_or_none(c['first_step_s']))} | {[n for n in c['compiled_graphs'] if n is not None]} |"
+        )
+    return out
 
 
 def reward_rows(
@@ -449,6 +493,7 @@ def markdown(payload: dict) -> str:
                 f"{speedup} | {fmt(p['peak_memory_gib'], '.1f')} / "
                 f"{fmt(t['peak_memory_gib'], '.1f')} |"
             )
+        out += compiled_markdown(g["rows"], g["settings"].get("compiled_mode", "-"))
     r = payload["reward"]
     if r.get("rows"):
         s = r["settings"]
@@ -511,6 +556,11 @@ def main_run(a: argparse.Namespace) -> None:
     dtype = a.dtype if a.dtype != "auto" else ("float32" if a.device == "cpu" else "bfloat16")
     quick = a.quick
     p = plan(a.size, quick)
+    if a.grpo_betas:
+        p["grpo"]["betas"] = [float(b) for b in a.grpo_betas.split(",")]
+    if a.device == "cpu" or a.grpo_compiled == "none":  # the CPU smoke never compiles
+        p["grpo"]["compiled_betas"] = []
+    p["grpo"]["compiled_betas"] = [b for b in p["grpo"]["compiled_betas"] if b in p["grpo"]["betas"]]
     rounds = a.rounds or (1 if quick else 2)
     budget = a.budget_s or (300 if quick else 450)
     tok_dir = a.tokenizer or (ASSETS / "tokenizer" if (ASSETS / "tokenizer").exists() else None)
@@ -560,7 +610,7 @@ def main_run(a: argparse.Namespace) -> None:
 
         def grpo_round(r: int) -> None:
             g = p["grpo"]
-            payload["grpo"].update(status="running", settings={k: v for k, v in g.items()})
+            payload["grpo"].update(status="running", settings={**g, "compiled_mode": a.grpo_compiled})
             for beta in g["betas"]:
                 case = {**common_case, "kind": "grpo", "group": "gpu", "size": a.size, "model_dir": str(base),
                         "prompts": g["prompts"], "G": g["G"], "tokens": g["tokens"], "beta": beta, "lora": False,
@@ -572,8 +622,14 @@ def main_run(a: argparse.Namespace) -> None:
                     )
                     env_from(got[side])
                 grpo_res.setdefault(str(beta), []).append(got)
+            for beta in g["compiled_betas"]:  # after the main comparison
+                case = {**common_case, "kind": "grpo", "group": "gpu", "size": a.size, "model_dir": str(base),
+                        "prompts": g["prompts"], "G": g["G"], "tokens": g["tokens"], "beta": beta, "lora": False,
+                        "steps": g["steps"], "side": COMPILED_SIDE, "compile_decode": a.grpo_compiled}  # fmt: skip
+                got = grpo_res[str(beta)][-1][COMPILED_SIDE] = runner.run(f"grpo_{COMPILED_SIDE}", case)
+                env_from(got)
             rows = payload["grpo"]["rows"] = grpo_rows(grpo_res)
-            clean = all(not x[side]["errors"] for x in rows for side in ("prefpipe", "trl"))
+            clean = all(not x[side]["errors"] for x in rows for side in ("prefpipe", "trl", COMPILED_SIDE) if side in x)
             payload["grpo"]["status"] = "ok" if clean else "partial"
 
         def reward_round(r: int) -> None:
@@ -680,6 +736,9 @@ def main() -> None:
         "--budget-s", type=float, help="wall seconds for the whole run (default 450, --quick 300)"
     )
     ap.add_argument("--sections", default="grpo,reward,scoring")
+    ap.add_argument("--grpo-betas", help="comma-separated GRPO betas (default 0,0.04)")
+    ap.add_argument("--grpo-compiled", choices=["none", "default", "reduce-overhead"], default="reduce-overhead",
+                    help="grpo.rollout.compile_decode of the prefpipe_compiled side (CUDA; none: no such side)")  # fmt: skip
     ap.add_argument(
         "--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s (H100 SXM: 989)"
     )

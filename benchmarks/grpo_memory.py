@@ -137,7 +137,7 @@ def worker(case: dict) -> dict:
         "logprob_chunk_tokens": case["chunk"],
     })  # fmt: skip
     policy, attention = _policy(case)
-    set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)  # as the train_grpo stage does
+    set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)  # as GRPOTrainer does (no trainer here)
     params = [p for p in policy.parameters() if p.requires_grad]
     reference = build_reference(policy, "fresh", True, settings.reference_mode)
     learner = Learner(settings, policy, make_adamw(params, settings), params, reference, DataParallel(),

@@ -112,6 +112,8 @@ def _settings(case: dict):
         over["max_prompt_length"] = case["max_prompt_length"]
     if case.get("logprob_chunk"):  # gpu_paper.py --grpo-logprob-chunk
         over["logprob_chunk_tokens"] = case["logprob_chunk"]
+    if case.get("compile_decode"):  # gpu.py's prefpipe_compiled side
+        over["rollout"] = {"compile_decode": case["compile_decode"]}
     return grpo_settings(
         {
             "steps": case["steps"] + 1, "prompts_per_step": case["prompts"], "num_generations": case["G"],
@@ -150,10 +152,8 @@ def worker_prefpipe(case: dict) -> dict:
 
             model = get_peft_model(model, lora_config())
             lora_state = "fresh"
-    from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
     from prefpipe.grpo.metric_names import PHASE_PREFIX
 
-    set_logprob_chunk_tokens(model, cfg.logprob_chunk_tokens)  # as the train_grpo stage does
     rows = [{"id": str(i), "prompt": p, "answer": None, "kind": "none"} for i, p in enumerate(prompts(64))]
 
     def fn(inputs):
@@ -187,7 +187,13 @@ def worker_prefpipe(case: dict) -> dict:
     trainer.train(on_step_end=on_end)
     timed = phase_rows[1:] or phase_rows  # the first step (warm-up) left out, as from the times
     phases = {k: statistics.fmean(r[k] for r in timed) for k in timed[0]} if timed else {}
-    return {"times": times[1:], "rollout_times": rollout_times[1:], "generated": generated[1:], "phases": phases}
+    out = {"times": times[1:], "rollout_times": rollout_times[1:], "generated": generated[1:], "phases": phases,
+           "first_step_s": times[0] if times else None}  # fmt: skip
+    if cfg.rollout.compile_decode != "none":  # graphs compiled (one per rollout shape); the first step holds the compile
+        from torch._dynamo.utils import counters
+
+        out["compiled_graphs"] = counters["stats"]["unique_graphs"]
+    return out
 
 
 def worker_trl(case: dict) -> dict:

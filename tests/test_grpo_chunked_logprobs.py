@@ -275,3 +275,24 @@ def test_the_backward_recomputes_the_logits_but_not_the_entropy(monkeypatch):
     logp, _ = completion_logprobs(policy, ids, mask, 6, TEMPERATURE, with_entropy=True)
     logp.sum().backward()
     assert calls == [False] * -(-4 * 6 // CHUNK)
+
+
+def test_the_trainer_gives_the_key_to_the_policy_and_its_frozen_copy(tmp_path):
+    """GRPOTrainer sets grpo.<run>.logprob_chunk_tokens itself (every caller gets it, not only the stage), on
+    the policy before it copies the reference; a model whose output layer is unknown is refused there."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from prefpipe.grpo.training.trainer import GRPOTrainer
+
+    settings = grpo_settings(
+        {"logprob_chunk_tokens": CHUNK, "beta": 0.04, "reference_mode": "frozen_copy", "device": "cpu"}
+    )
+    policy = _model("llama")
+    assert logprob_chunk_tokens(policy) == 0
+    trainer = GRPOTrainer(settings, policy, None, "none", [], [], tmp_path, run_fingerprint="fp")
+    with trainer.reference.active() as reference:
+        assert reference is not policy
+        assert logprob_chunk_tokens(policy) == logprob_chunk_tokens(reference) == CHUNK
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(ConfigError, match="logprob_chunk_tokens"):
+        GRPOTrainer(settings, gpt2, None, "none", [], [], tmp_path, run_fingerprint="fp")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.models import chat_tokenizer, tiny_llama
+from support.models import chat_tokenizer, random_lora, tiny_llama
 from support.settings import grpo_settings
 
 from prefpipe.generation.tokens import pad_token_id, tokenize_prompts
@@ -48,7 +48,7 @@ def test_greedy_decode_equals_model_generate_with_rows_finishing_early(model, to
     batch = tokenize_prompts(tok, PROMPTS, None)
     G = 3
     args = (model, batch.input_ids, batch.attention_mask, G, 12, [eos], pad_token_id(tok), None, 1.0, 0, 1.0)
-    ours, plain_loop = decode_compact(*args), decode(*args)
+    ours, plain_loop = decode_compact(*args, compile_decode="none"), decode(*args)
     plain = model.generate(
         input_ids=batch.input_ids.repeat_interleave(G, 0),
         attention_mask=batch.attention_mask.repeat_interleave(G, 0),
@@ -74,13 +74,23 @@ def test_sampling_does_not_depend_on_compaction_or_the_rest_of_the_batch(model, 
     G, T = 4, 10
     u = torch.rand(len(PROMPTS) * G, T, generator=torch.Generator().manual_seed(1))
     args = (G, T, [eos], pad_token_id(tok))
-    compact = decode_compact(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
+    compact = decode_compact(
+        model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0, compile_decode="none"
+    )
     plain = decode(model, batch.input_ids, batch.attention_mask, *args, u, 0.9, 0, 1.0)
     assert (compact == eos).any(dim=1).sum() >= 2
     assert torch.equal(compact, plain)
     # the last two prompts alone (a data-parallel process's share) draw the same tokens for their rows
     part = decode_compact(
-        model, batch.input_ids[2:], batch.attention_mask[2:], *args, u[2 * G :], 0.9, 0, 1.0
+        model,
+        batch.input_ids[2:],
+        batch.attention_mask[2:],
+        *args,
+        u[2 * G :],
+        0.9,
+        0,
+        1.0,
+        compile_decode="none",
     )
     assert torch.equal(part, compact[2 * G :, : part.shape[1]])
     assert (compact[2 * G :, part.shape[1] :] == pad_token_id(tok)).all()
@@ -198,22 +208,6 @@ def test_fused_adamw_steps_like_the_plain_loop(tok):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
-def _lora(model, seed: int):
-    """A LoRA-wrapped copy of `model` whose adapter is not the identity (lora_B random, not zero)."""
-    import copy
-
-    from peft import LoraConfig, get_peft_model
-
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    peft_model = get_peft_model(copy.deepcopy(model), cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    return peft_model.eval()
-
-
 @pytest.mark.parametrize("variant", ["full", "lora", "lora_disabled", "full_unfused"])
 def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok, variant, monkeypatch):
     import contextlib
@@ -225,7 +219,7 @@ def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok,
         monkeypatch.setattr(lean_decode, "FUSE_ELEMENTS_PER_STEP", 0)
         variant = "full"
 
-    m = model if variant == "full" else _lora(model, 5)
+    m = model if variant == "full" else random_lora(model, 5)
     ctx = m.disable_adapter() if variant == "lora_disabled" else contextlib.nullcontext()
     batch = tokenize_prompts(tok, PROMPTS, None)
     G, T = 3, 12
@@ -248,9 +242,20 @@ def test_lean_decode_steps_give_the_model_forward_logits_and_samples(model, tok,
         want = m(input_ids=full_ids, attention_mask=full_mask, position_ids=full_pos).logits[:, -1]
         assert torch.allclose(lean.step(nxt), want, atol=1e-5)
         for uu in (None, u):  # greedy and sampled, rows finishing early (compaction)
-            fast = decode_compact(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
+            fast = decode_compact(
+                m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0, compile_decode="none"
+            )
             forward = decode_compact(
-                m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0, lean=False
+                m,
+                batch.input_ids,
+                batch.attention_mask,
+                *args,
+                uu,
+                0.9,
+                0,
+                1.0,
+                lean=False,
+                compile_decode="none",
             )
             plain = decode(m, batch.input_ids, batch.attention_mask, *args, uu, 0.9, 0, 1.0)
             if uu is None:

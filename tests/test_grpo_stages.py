@@ -243,16 +243,16 @@ def test_workflow_style_run_config_drives_both_stages(folders, caplog):
 
 
 def test_logprob_chunk_tokens_reaches_the_trainer_and_keeps_the_first_update(folders, monkeypatch):
-    """grpo.logprob_chunk_tokens: the stage sets it on the policy before the trainer (and its reference) is
-    built, and the first step's loss (same weights, same rollout) equals the plain run's to float tolerance."""
+    """grpo.logprob_chunk_tokens: the stage's trainer sets it on the policy (before it builds its reference), and
+    the first step's loss (same weights, same rollout) equals the plain run's to float tolerance."""
     from prefpipe.grpo.logprobs import logprob_chunk_tokens
 
     seen = []
 
     class Spy(grpo_train.GRPOTrainer):
         def __init__(self, settings, policy, *args, **kwargs):
-            seen.append(logprob_chunk_tokens(policy))
             super().__init__(settings, policy, *args, **kwargs)
+            seen.append(logprob_chunk_tokens(policy))
 
     monkeypatch.setattr(grpo_train, "GRPOTrainer", Spy)
     first_loss = []

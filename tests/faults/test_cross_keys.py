@@ -50,6 +50,14 @@ CASES = {  # rule -> (overlay, the refused key and value)
         {"ablation": {"bootstrap_resamples": 100, "confidence": 0.99}},
         r"^ablation\.bootstrap_resamples = 100: too few resamples for a 99% .* at least 500$",
     ),
+    "compile_decode_engine": (  # a vLLM engine samples: the plain decode it compiles never runs
+        {"grpo": {"defaults": {"rollout": {"engine": "vllm", "compile_decode": "reduce-overhead"}}}},
+        r"^grpo\.runs\.\w+\.rollout\.compile_decode = 'reduce-overhead' with rollout\.engine = 'vllm': .* set it to none$",
+    ),
+    "compile_decode_fast_paths": (
+        {"fast_paths": False, "grpo": {"defaults": {"rollout": {"compile_decode": "default"}}}},
+        r"^grpo\.runs\.\w+\.rollout\.compile_decode = 'default' with fast_paths = false: ",
+    ),
     "hypotheses_resamples": (
         {"grpo": {"hypotheses": HYPOTHESES}},
         r"^grpo\.hypotheses\.bootstrap_samples = 100: too few resamples for a 99% .* at least 500$",

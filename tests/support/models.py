@@ -219,3 +219,19 @@ def save_grpo_inputs(root: Path) -> Path:
     settings = tiny_reward_settings("gpm", head={"dim": 4}, data={"max_length": 64})
     save_reward_model(build_reward_model(str(policy), settings), root / "rm")
     return root
+
+
+def random_lora(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """A LoRA-wrapped copy of `model` whose adapter is not the identity (lora_B random, not zero)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return peft_model.eval()

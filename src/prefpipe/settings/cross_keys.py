@@ -94,10 +94,29 @@ def _episode_rules(s: Any) -> list[Refusal]:  # GrpoSettings with episodes
     return found
 
 
+def _compile_decode(s: Any) -> Refusal:  # GrpoSettings
+    """rollout.compile_decode acts on the single-turn decode of the plain engine's fast path only."""
+    if s.rollout.compile_decode == "none":
+        return None
+    unused = (
+        (s.rollout.engine != "plain", f"rollout.engine = {s.rollout.engine!r}"),
+        (not s.fast_paths, "fast_paths = false"),
+        (s.episodes.enabled, "episodes.enabled = true"),
+    )
+    where = next((why for hit, why in unused if hit), None)
+    if where is None:
+        return None
+    return "rollout.compile_decode", (
+        f"{s.rollout.compile_decode!r} with {where}: it compiles the plain engine's single-turn decode with "
+        "fast_paths on, which this run does not use; set it to none"
+    )
+
+
 def _grpo_rules(s: Any) -> list[Refusal]:  # GrpoSettings
     return [
         _resamples("eval.bootstrap_samples", s.eval.bootstrap_samples, s.eval.confidence),
         *_episode_rules(s),
+        _compile_decode(s),
     ]
 
 

@@ -35,6 +35,8 @@ class RolloutSettings:
     importance_correction: str  # none | token_truncate
     importance_cap: float
     sync_tolerance: float
+    # plain engine: torch.compile mode of the decode step (grpo/rollout/fast/static_decode.py COMPILE_MODES)
+    compile_decode: str
 
 
 @dataclass

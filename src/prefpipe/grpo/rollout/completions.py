@@ -31,6 +31,9 @@ class GenerationSettings:
     # The run's fast_paths (no default here: its one owner is config.yaml, so every caller passes it):
     # grpo/rollout/fast/decode.py, else the plain loop of grpo/rollout/sampling.py.
     fast: bool = field(kw_only=True)
+    # grpo.<run>.rollout.compile_decode for the training rollouts of the plain engine (grpo/rollout/fast/
+    # static_decode.py; fast only); none (the lean step uncompiled) wherever decoding is not a run's rollout
+    compile_decode: str = field(default="none", kw_only=True)
 
 
 @dataclass
@@ -107,6 +110,7 @@ def generate(
     was_training = model.training
     model.eval()
     try:
+        compiled = {"compile_decode": settings.compile_decode} if settings.fast else {}
         completion_ids = (decode_compact if settings.fast else decode)(
             model,
             batch.input_ids.to(device),
@@ -119,6 +123,7 @@ def generate(
             settings.temperature,
             settings.top_k,
             settings.top_p,
+            **compiled,
         )
     finally:
         model.train(was_training)

@@ -23,7 +23,6 @@ from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.generation.rl_prompts import has_answers
 from prefpipe.grpo.algorithm.train_state import run_fingerprint
 from prefpipe.grpo.data_parallel import DataParallel
-from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
 from prefpipe.grpo.policy_eval.curve import CURVE_FILE
 from prefpipe.grpo.policy_io import load_policy, save_policy
 from prefpipe.grpo.rewards import WeightedReward, answer_reward_keys, build_rewards
@@ -104,8 +103,6 @@ def train(settings: GrpoSettings, args: argparse.Namespace) -> dict:
     policy, tokenizer, lora_state = load_policy(
         args.policy, settings.lora, settings.dtype, dp.device(settings.device)
     )
-    # before the trainer: a frozen-copy reference made from the policy keeps the setting
-    set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)
     rewards = _rewards(settings, args.reward_model, next(policy.parameters()).device)
     settings_map = to_mapping(settings)
     run_fp = run_fingerprint(

@@ -31,6 +31,7 @@ from prefpipe.grpo.analyses.hacking import overoptimisation
 from prefpipe.grpo.analyses.risk import risk_summary
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.inspector import save as inspect_step_save
+from prefpipe.grpo.logprobs import set_logprob_chunk_tokens
 from prefpipe.grpo.metric_names import PHASE_PREFIX, REWARD_HACKING, REWARD_MEAN, RISK_PENALTY, STEP_TIME
 from prefpipe.grpo.policy_eval.curve import LearningCurve
 from prefpipe.grpo.rewards import RewardModelReward, WeightedReward, needs_reference_completions
@@ -75,6 +76,8 @@ class GRPOTrainer:
         self.lora_state = lora_state
         self.device = next(policy.parameters()).device
         self.needs_ref_completions = needs_reference_completions(settings.rewards)
+        # grpo.<run>.logprob_chunk_tokens on the policy before the reference: a frozen copy keeps the setting
+        set_logprob_chunk_tokens(policy, settings.logprob_chunk_tokens)
         self.reference: ReferencePolicy | None = build_reference(
             policy,
             lora_state,

@@ -44,6 +44,7 @@ class PlainEngine:
             settings.top_k,
             True,
             fast=settings.fast_paths,
+            compile_decode=settings.rollout.compile_decode,
         )
 
     def generate(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from prefpipe.grpo.rollout.fast.lean_decode import LeanLlama
+from prefpipe.grpo.rollout.fast.static_decode import StaticDecode
 from prefpipe.grpo.rollout.sampling import forward_step, pad_buffer, pick_tokens, prefill
 
 
@@ -33,9 +34,13 @@ def decode_compact(
     top_k: int,
     top_p: float,
     lean: bool = True,
+    *,
+    compile_decode: str,
 ) -> torch.Tensor:
     """`sampling.decode`'s output (same arguments) with finished rows dropped from the batch; lean=False decodes
-    through the model's forward even where `LeanLlama` applies (tests compare the two)."""
+    through the model's forward even where `LeanLlama` applies (tests compare the two). compile_decode other
+    than none (grpo.<run>.rollout.compile_decode) steps a Llama policy through the compiled static step instead
+    (grpo/rollout/fast/static_decode.py): finished rows stay in the batch, their tokens discarded."""
     out = pad_buffer(prompt_ids, group_size, max_new_tokens, pad_id)
     n, device = out.shape[0], out.device
     if max_new_tokens < 1 or n == 0:
@@ -43,6 +48,10 @@ def decode_compact(
     eos = torch.tensor(eos_ids, device=device)
     cache, logits, attn, next_pos = prefill(model, prompt_ids, prompt_mask, group_size)
     fast = LeanLlama.build(model, max_new_tokens) if lean else None
+    if fast is not None and compile_decode != "none":
+        fast = StaticDecode(model, fast, compile_decode)
+        fast.start(cache, attn, next_pos, max_new_tokens)
+        return _static_loop(fast, logits, out, eos, uniforms, (temperature, top_k, top_p))
     if fast is not None:
         fast.start(cache, attn, next_pos, max_new_tokens)
     rows = torch.arange(n, device=device)  # batch slot -> output row
@@ -67,4 +76,27 @@ def decode_compact(
             logits = fast.step(token)
         else:
             logits, attn, next_pos, cache = forward_step(model, token, attn, next_pos, cache)
+    return out[:, :steps]
+
+
+def _static_loop(
+    fast: StaticDecode,
+    logits: torch.Tensor,
+    out: torch.Tensor,
+    eos: torch.Tensor,
+    uniforms: torch.Tensor | None,
+    sampling: tuple[float, int, float],
+) -> torch.Tensor:
+    """The decode loop over a batch of fixed size: every row steps until all have finished; a row's tokens
+    after its EOS are not written (`out` keeps its pad ids there), so the output is the compacting loop's."""
+    alive = torch.ones(out.shape[0], dtype=torch.bool, device=out.device)
+    steps = 0
+    for t in range(out.shape[1]):
+        token = pick_tokens(logits, None if uniforms is None else uniforms[:, t], *sampling)
+        out[:, t] = torch.where(alive, token, out[:, t])
+        steps = t + 1
+        alive &= ~torch.isin(token, eos)
+        if t + 1 == out.shape[1] or not bool(alive.any()):
+            break
+        logits = fast.step(token)
     return out[:, :steps]

@@ -68,7 +68,6 @@ class LeanLlama:
             getattr(model_config, "head_dim", None)
             or model_config.hidden_size // model_config.num_attention_heads
         )
-        self.scaling = self.head_dim**-0.5
 
     @classmethod
     @torch.no_grad()
@@ -152,39 +151,61 @@ class LeanLlama:
     @torch.no_grad()
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Logits (n, vocab) after appending `token` (n,) to every row."""
-        n = token.shape[0]
-        H, KV, D, t = self.heads, self.kv_heads, self.head_dim, self.length
-        qk_heads, group, half = H + KV, H // KV, D // 2
+        t = self.length
         cos = self.cos[self.positions][:, None, :]  # (n, 1, D), broadcast over heads
         sin = self.sin[self.positions][:, None, :]
         self.bias[:, t] = 0.0
         bias = self.bias[:, None, None, : t + 1]  # 0 for keys a row may attend to, -inf for padding
         x = F.embedding(token, self.embed)  # (n, hidden)
-        hidden = x.shape[-1]
         for i, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (hidden,), *layer["ln1"])
-            proj = (
-                torch.cat([F.linear(h, w) for w in layer["qkv"]], dim=-1)
-                if len(layer["qkv"]) > 1
-                else F.linear(h, layer["qkv"][0])
-            )
-            q_k = proj[:, : qk_heads * D].view(n, qk_heads, D)  # q and k heads, roped together
-            v = proj[:, qk_heads * D :].view(n, KV, D)
-            q_k = q_k * cos + torch.cat((-q_k[..., half:], q_k[..., :half]), dim=-1) * sin
-            self.k[i][:, :, t] = q_k[:, H:]
+            q_k, v = roped_qkv(x, layer, cos, sin, self.kv_heads)
+            self.k[i][:, :, t] = q_k[:, -self.kv_heads :]
             self.v[i][:, :, t] = v
-            keys = self.k[i][:, :, : t + 1].reshape(n * KV, t + 1, D)
-            values = self.v[i][:, :, : t + 1].reshape(n * KV, t + 1, D)
-            q = q_k[:, :H].reshape(n * KV, group, D)  # query head h reads kv head h // group
-            scores = torch.bmm(q, keys.transpose(1, 2)).mul_(self.scaling).view(n, KV, group, t + 1) + bias
-            out = torch.bmm(scores.softmax(-1).view(n * KV, group, t + 1), values)
-            x = x + F.linear(out.view(n, H * D), layer["o"])
-            h = F.rms_norm(x, (hidden,), *layer["ln2"])
-            if len(layer["gate_up"]) > 1:
-                gate, up = (F.linear(h, w) for w in layer["gate_up"])
-            else:
-                gate, up = F.linear(h, layer["gate_up"][0]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
+            x = x + attend(q_k, self.k[i][:, :, : t + 1], self.v[i][:, :, : t + 1], bias, layer["o"])
+            x = x + mlp(x, layer)
         self.length = t + 1
         self.positions = self.positions + 1
-        return F.linear(F.rms_norm(x, (hidden,), *self.norm), *self.head)
+        return F.linear(F.rms_norm(x, (x.shape[-1],), *self.norm), *self.head)
+
+
+def roped_qkv(
+    x: torch.Tensor, layer: dict, cos: torch.Tensor, sin: torch.Tensor, kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q and k heads roped together (n, heads + kv_heads, D), v (n, kv_heads, D)) of one token per row."""
+    h = F.rms_norm(x, (x.shape[-1],), *layer["ln1"])
+    proj = (
+        torch.cat([F.linear(h, w) for w in layer["qkv"]], dim=-1)
+        if len(layer["qkv"]) > 1
+        else F.linear(h, layer["qkv"][0])
+    )
+    n, D = x.shape[0], cos.shape[-1]
+    qk_width = proj.shape[-1] - kv_heads * D
+    q_k = proj[:, :qk_width].view(n, qk_width // D, D)
+    v = proj[:, qk_width:].view(n, kv_heads, D)
+    half = D // 2
+    return q_k * cos + torch.cat((-q_k[..., half:], q_k[..., :half]), dim=-1) * sin, v
+
+
+def attend(
+    q_k: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, o: torch.Tensor
+) -> torch.Tensor:
+    """The attention block's output (n, hidden) for one query per row: keys/values (n, kv_heads, T, D) and the
+    additive key bias (n, 1, 1, T); query head h reads kv head h // group."""
+    n, KV, T, D = keys.shape
+    H = q_k.shape[1] - KV
+    group = H // KV
+    q = q_k[:, :H].reshape(n * KV, group, D)
+    scores = torch.bmm(q, keys.reshape(n * KV, T, D).transpose(1, 2)).mul_(D**-0.5)
+    scores = scores.view(n, KV, group, T) + bias
+    out = torch.bmm(scores.softmax(-1).view(n * KV, group, T), values.reshape(n * KV, T, D))
+    return F.linear(out.view(n, H * D), o)
+
+
+def mlp(x: torch.Tensor, layer: dict) -> torch.Tensor:
+    """The SwiGLU block's output (n, hidden) after the post-attention RMSNorm."""
+    h = F.rms_norm(x, (x.shape[-1],), *layer["ln2"])
+    if len(layer["gate_up"]) > 1:
+        gate, up = (F.linear(h, w) for w in layer["gate_up"])
+    else:
+        gate, up = F.linear(h, layer["gate_up"][0]).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, layer["down"])
