@@ -77,7 +77,7 @@ paper)
     OUT="$dest" bash benchmarks/gpu_paper_chunk.sh || rc=1
     ;;
 *)
-    echo "unknown part: $part (measure | workflow | paper | decode)" >&2
+    echo "unknown part: $part (measure | workflow | levers | paper | decode)" >&2
     exit 2
     ;;
 esac
