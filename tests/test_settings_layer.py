@@ -213,6 +213,8 @@ NOT_CONFIG_DEFAULTS = {
     ("export/reward_loader.py", ".get", "keep_response"),
     # the eval summary's prompt-overlap count (a figure, shown as "n/a" when absent), not reward.eval.train_pairs
     ("report/sections/prompt_overlap.py", ".get", "train_pairs"),
+    # the active-learning summary's full-data block (its per-strategy figures), not active_learning.strategies
+    ("report/scoreboard/uses_seeds.py", ".get", "strategies"),
 }
 
 
