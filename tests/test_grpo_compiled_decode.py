@@ -110,7 +110,10 @@ def test_compiled_decode_samples_the_eager_tokens_with_its_logprobs(model, tok, 
     _check_compiled(model, tok, decoded, kind, "default")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: CUDA graphs (benchmarks/device_window.sh decode)",
+)
 def test_cuda_graph_decode_samples_the_eager_tokens_with_its_logprobs(tok):
     """On a GPU (the device window): mode reduce-overhead, the step replayed as a CUDA graph."""
     m = tiny_llama(tok, seed=0).eval().cuda()

@@ -52,6 +52,11 @@ OPTIONAL_TIERS = (
         "checks that the main virtualenv refuses rollout.engine: vllm; inside the vLLM virtualenv there is none",
     ),
     OptionalTier(
+        "GPU tier",
+        "needs a CUDA device:",
+        "CI has no GPU; benchmarks/device_window.sh runs these checks in a GPU window",
+    ),
+    OptionalTier(
         "CPU-only answers",
         "asserts the CPU-only answers",
         "on a CUDA machine the device helpers answer differently; CI is CPU-only",
