@@ -2,15 +2,17 @@
 
 Each question is about a company C, founded by a person F, who was mentored by a person M: "Who mentored the
 founder of C?" (answer M). The row's corpus holds one paragraph per entity, C's ("C, founded by F.") and F's
-("F, mentored by M."), both supporting, plus `distractors` paragraphs of other rows' entities. A founder's own
-paragraph names them twice (title and text), so BM25 ranks it above the company paragraph that names them once.
-Search C, read F in the result, search F, read M, answer.
+("F, whose mentor was M."), both supporting, plus `distractors` paragraphs of other rows' entities. A founder's
+own paragraph names them twice (title and text), so BM25 ranks it above the company paragraph that names them
+once. Search C, read F in the result, search F, read M, answer.
 
 Names are built from fixed lists of short whole words so that a tiny scratch base can copy them: a company is
 an adjective and a noun ("Red Mill"), a person a first name and a surname ("Ada Hale"). Every word is frequent
 in the demonstrations, so the scratch tokenizer learns it as one token, and the text never puts a space after a
 name's last word (it is followed by punctuation or a tag), so a name tokenises the same way wherever it appears
-and copying it is copying tokens. With names of syllables drawn afresh (the earlier form of this world) a name
+and copying it is copying tokens. Each name to copy follows a token found nowhere else in the episode ("of" in the
+question, "by" before the founder, "was" before the mentor), so copying is the simplest lookup an attention head
+makes: the tokens after that one. With names of syllables drawn afresh (the earlier form of this world) a name
 was 4-5 tokens whose last piece changed with what followed it, and a 2-layer base searched but copied names
 inexactly (benchmarks/multihop_search.py).
 
@@ -36,10 +38,7 @@ ADJECTIVES = ("Red", "Blue", "Gold", "Iron", "Oak", "Pine", "Grey", "Green", "No
 NOUNS = ("Mill", "Forge", "Field", "Bridge", "Gate", "Peak", "Yard", "Port", "Lake", "Hill", "Works", "Labs")
 FIRST_NAMES = ("Ada", "Ben", "Cal", "Dan", "Eve", "Fay", "Gus", "Ida", "Jay", "Kim", "Max", "Ned")
 SURNAMES = ("Hale", "Reed", "Park", "Lowe", "Moss", "Nash", "Pike", "Rowe", "Snow", "Tate", "Ward", "Shaw")
-TEMPLATES = (
-    "Who mentored the founder of {company}?",
-    "Who was the mentor of the person who founded {company}?",
-)
+TEMPLATES = ("Who mentored the founder of {company}?",)
 KIND = "exact_match"
 HELDOUT_SHARE = 0.25
 
@@ -92,7 +91,7 @@ def _paragraphs(chain: Chain, supporting: bool) -> list[dict]:
     """The chain's two paragraphs: the company's (names its founder) and the founder's (names the mentor)."""
     return [
         {"title": chain.company, "text": f"{chain.company}, founded by {chain.founder}.", "is_supporting": supporting},
-        {"title": chain.founder, "text": f"{chain.founder}, mentored by {chain.mentor}.", "is_supporting": supporting},
+        {"title": chain.founder, "text": f"{chain.founder}, whose mentor was {chain.mentor}.", "is_supporting": supporting},
     ]  # fmt: skip
 
 
