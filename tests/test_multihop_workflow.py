@@ -1,8 +1,8 @@
 """config/experiments/multihop.yaml through real Snakemake: the dry run plans data -> base -> GRPO -> policy
 evaluation -> report and no reward model; at toy sizes (tests/configs/tiny_multihop.yaml) prep_data writes the
 world's questions as the RL prompt files and its episodes among the demonstrations, the GRPO run rolls out
-episodes, and eval_policy reports base and trained exact match, F1, calls and support recall with paired
-intervals."""
+episodes, eval_policy reports base and trained exact match, F1, calls and support recall with paired
+intervals, and the report builds."""
 
 from __future__ import annotations
 
@@ -52,8 +52,10 @@ def test_the_experiment_plans_data_base_grpo_and_policy_evaluation_only(tmp_path
 def test_prep_to_eval_policy_on_the_tiny_world(tmp_path):
     wf = repo_copy(tmp_path / "wf", link_src=True)
     target = f"{RESULTS}/policy_eval/search/summary.json"
-    result = _snakemake(wf, target, "--configfile", str(EXPERIMENT), str(TINY))
+    report = f"{RESULTS}/report/report.md"
+    result = _snakemake(wf, report, "--configfile", str(EXPERIMENT), str(TINY))
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "search" in (wf / report).read_text()  # the report covers the run without any reward model
     data = wf / RESULTS / "data"
     train, held = read_jsonl(data / "rl_prompts_train.jsonl"), read_jsonl(data / "rl_prompts_heldout.jsonl")
     assert (len(train), len(held)) == (8, 6)
