@@ -74,12 +74,13 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=2000)
     ap.add_argument("--heldout", type=int, default=100)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--shortcut", type=float, default=0.0, help="share of one-search shortcut demonstrations")
     ap.add_argument("--eval-at", default="", help="comma-separated SFT steps to evaluate at as well")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     torch.set_num_threads(2)
     base = checked_pipeline(load_config(), threads=2).base
-    _, held, demos = multihop_world(0, 0, args.heldout, args.demos, 2)
+    _, held, demos = multihop_world(0, 0, args.heldout, args.demos, 2, args.shortcut)
     t0 = time.perf_counter()
     texts = [d["prompt"] for d in demos] + [d["response"] for d in demos]
     tok = train_tokenizer(texts, base.tokenizer.vocab_size, base.model.max_position_embeddings)

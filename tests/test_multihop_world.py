@@ -29,12 +29,12 @@ SEARCH = {"type": "search", "corpus": "row", "top_k": 1, "k1": 1.5, "b": 0.75}
 
 @pytest.fixture(scope="module")
 def world():
-    return multihop_world(seed=3, train=40, heldout=20, demonstrations=30, distractors=2)
+    return multihop_world(seed=3, train=40, heldout=20, demonstrations=30, distractors=2, shortcut_rate=0.0)
 
 
 def test_the_world_is_deterministic_and_seeded(world):
-    assert multihop_world(3, 40, 20, 30, 2) == world
-    assert multihop_world(4, 40, 20, 30, 2)[1] != world[1]
+    assert multihop_world(3, 40, 20, 30, 2, 0.0) == world
+    assert multihop_world(4, 40, 20, 30, 2, 0.0)[1] != world[1]
     train, held, demos = world
     assert (len(train), len(held), len(demos)) == (40, 20, 30)
 
@@ -70,7 +70,7 @@ def test_every_name_word_is_one_token_and_tokenises_alike_wherever_it_appears(wo
     """The scratch tokenizer (the default vocabulary size) trained on the demonstrations: every name word is one
     token, a name's tokens in a result are its tokens in the question, a call and an answer (copying is
     copying tokens), and every demonstration fits the default SFT length."""
-    _, held, demos = multihop_world(0, 0, 50, 2000, 2)
+    _, held, demos = multihop_world(0, 0, 50, 2000, 2, 0.0)
     base = load_config()["base"]
     tok = train_tokenizer(
         [d["prompt"] for d in demos] + [d["response"] for d in demos], base["tokenizer"]["vocab_size"], 256
@@ -152,3 +152,20 @@ def test_sft_trains_the_policy_turns_and_not_the_environment_text(world):
     want += tok(tok.eos_token, add_special_tokens=False)["input_ids"]
     assert labels[-len(tail) :] == want
     assert all(label == IGNORE for label in labels[: len(ids) - len(tail)])  # the prompt
+
+
+def test_shortcut_demonstrations_answer_the_founder_after_one_search():
+    """shortcut_rate: that share of the demonstrations (exactly, seeded) search once and answer the founder the
+    result names; the others search twice; the questions are the same as without shortcuts."""
+    _, held, demos = multihop_world(3, 0, 4, 40, 2, 0.25)
+    assert sum(d["shortcut"] for d in demos) == 10
+    for d in demos:
+        founder = d["turns"][1]["text"].removesuffix(".</result>\n").split(" by ")[-1]
+        if d["shortcut"]:
+            assert [t["owner"] for t in d["turns"]] == ["policy", "environment", "policy"]
+            assert d["turns"][-1]["text"] == f"<answer>{founder}</answer>"
+        else:
+            assert len(d["turns"]) == 5 and d["turns"][2]["text"] == f"<search>{founder}</search>"
+    plain = multihop_world(3, 0, 4, 40, 2, 0.0)
+    assert plain[1] == held
+    assert [d["prompt"] for d in plain[2]] == [d["prompt"] for d in demos]

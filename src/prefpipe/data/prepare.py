@@ -99,6 +99,7 @@ def _multihop(settings: DataSettings, world: World) -> dict[str, Any]:
         world_settings.heldout,
         demonstrations,
         world_settings.distractors,
+        world_settings.shortcut_rate,
     )
     world.rl_prompts_train, world.rl_prompts_heldout = train, held
     world.demonstrations = [*world.demonstrations, *demos]
@@ -109,6 +110,7 @@ def _multihop(settings: DataSettings, world: World) -> dict[str, Any]:
             "heldout": len(held),
             "demonstrations": len(demos),
             "distractors": world_settings.distractors,
+            "shortcut_demonstrations": sum(d["shortcut"] for d in demos),
         },
     }
 

@@ -21,6 +21,12 @@ for that row, so no fact can be remembered from training and answering needs rea
 their own companies and persons: a seeded quarter of the company names and of the person names, never in a
 training question or a demonstration (the words recur, the names do not).
 
+An imperfect demonstrator (`shortcut_rate`): a share of the demonstrations stop after the first search and answer
+the founder, the habit of a searcher that skips the second hop. Above half, the SFT policy's most likely episode
+is the wrong one-search answer while the two-search one stays in its support: room for a verifier-rewarded RL
+run to raise held-out exact match, tool calls and support recall (as data.synthetic.demo_habit_rate does for the
+built-in tasks).
+
 Rows (the RL prompt files' shape, grpo/rollout/episodes): {id, prompt, answer, aliases ([]), kind: exact_match,
 paragraphs: [{title, text, is_supporting}], hops: 2}. Demonstrations add `turns`: the policy's and the
 environment's texts in order ({owner, text}), the environment's written as the tag format renders the search
@@ -127,26 +133,33 @@ def result_text(paragraph: dict) -> str:
     return f"\n<result>[1] {paragraph['title']}: {paragraph['text']}</result>\n"
 
 
-def demonstration(row: dict, chain: Chain) -> dict:
-    """The two-search episode a perfect searcher writes for `row` (about `chain`): policy and environment turns."""
+def demonstration(row: dict, chain: Chain, shortcut: bool) -> dict:
+    """The two-search episode a perfect searcher writes for `row` (about `chain`): policy and environment turns;
+    `shortcut`: the demonstrator's habit instead, answering the founder after the first search."""
     by_title = {p["title"]: p for p in row["paragraphs"] if p["is_supporting"]}
     company, founder = chain.company, chain.founder
     turns = [
         {"owner": "policy", "text": f"<search>{company}</search>"},
         {"owner": "environment", "text": result_text(by_title[company])},
-        {"owner": "policy", "text": f"<search>{founder}</search>"},
-        {"owner": "environment", "text": result_text(by_title[founder])},
-        {"owner": "policy", "text": f"<answer>{row['answer']}</answer>"},
     ]
+    if shortcut:
+        turns.append({"owner": "policy", "text": f"<answer>{founder}</answer>"})
+    else:
+        turns += [
+            {"owner": "policy", "text": f"<search>{founder}</search>"},
+            {"owner": "environment", "text": result_text(by_title[founder])},
+            {"owner": "policy", "text": f"<answer>{row['answer']}</answer>"},
+        ]
     response = "".join(t["text"] for t in turns)
     return {"id": row["id"].replace("multihop-", "multihop-demo-"), "prompt": row["prompt"], "response": response, "turns": turns}  # fmt: skip
 
 
 def multihop_world(
-    seed: int, train: int, heldout: int, demonstrations: int, distractors: int
+    seed: int, train: int, heldout: int, demonstrations: int, distractors: int, shortcut_rate: float
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """(train rows, held-out rows, demonstrations): held-out rows over the held-out names, training rows and
-    demonstrations (episodes on training questions of their own, never an RL prompt) over the training names."""
+    demonstrations (episodes on training questions of their own, never an RL prompt) over the training names;
+    a seeded round(shortcut_rate * demonstrations) of them take the one-search shortcut (`shortcut`: true)."""
     rng = random.Random(f"{seed}:multihop")
     held_names, train_names = name_splits(rng)
     held = chains(rng, held_names, heldout)
@@ -154,8 +167,10 @@ def multihop_world(
     demo_chains = chains(rng, train_names, demonstrations)
     held_rows = [question_row(held, i, distractors, "heldout") for i in range(heldout)]
     train_rows = [question_row(train_chains, i, distractors, "train") for i in range(train)]
+    shortcuts = set(rng.sample(range(demonstrations), round(shortcut_rate * demonstrations)))
     demos = [
-        demonstration(question_row(demo_chains, i, distractors, "sft"), demo_chains[i])
+        demonstration(question_row(demo_chains, i, distractors, "sft"), demo_chains[i], i in shortcuts)
+        | {"shortcut": i in shortcuts}
         for i in range(demonstrations)
     ]
     return train_rows, held_rows, demos
