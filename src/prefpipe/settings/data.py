@@ -42,7 +42,7 @@ class MultihopWorldSettings:
     heldout: int  # held-out questions (their own companies and persons)
     demonstrations: int  # two-search episodes mixed into the base's SFT demonstrations
     distractors: int  # other questions' paragraphs in each question's corpus
-    shortcut_rate: float  # share of demonstrations answering the founder after one search (the habit RL can fix)
+    shortcut_rate: float  # share of demonstrations answering the founder after one search
 
 
 @dataclass
