@@ -3,7 +3,11 @@ default config's tokenizer and model sizes) on the world's tool-call demonstrati
 episodes on held-out questions through the real search environment, and print exact match, tool calls per
 episode, support recall and the seconds each part took.
 
-python benchmarks/multihop_search.py [--steps 300] [--demos 2000] [--heldout 100] [--batch 32] [--out FILE.json]
+python benchmarks/multihop_search.py [--steps 300] [--demos 2000] [--heldout 100] [--batch 32] [--eval-at 100,200]
+    [--out FILE.json]
+
+--eval-at also evaluates after those SFT steps (within the one run's warm-up + cosine schedule of --steps), so one
+run gives the figures at several budgets.
 """
 
 from __future__ import annotations
@@ -70,36 +74,49 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=2000)
     ap.add_argument("--heldout", type=int, default=100)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--shortcut", type=float, default=0.0, help="share of one-search shortcut demonstrations")
+    ap.add_argument("--eval-at", default="", help="comma-separated SFT steps to evaluate at as well")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     torch.set_num_threads(2)
     base = checked_pipeline(load_config(), threads=2).base
-    _, held, demos = multihop_world(0, 0, args.heldout, args.demos, 2)
+    _, held, demos = multihop_world(0, 0, args.heldout, args.demos, 2, args.shortcut)
     t0 = time.perf_counter()
     texts = [d["prompt"] for d in demos] + [d["response"] for d in demos]
     tok = train_tokenizer(texts, base.tokenizer.vocab_size, base.model.max_position_embeddings)
     model = build_tiny_llama(base.model, tok, 0)
-    data = encode_demonstrations(tok, demos, base.model.max_position_embeddings)
+    data = encode_demonstrations(tok, demos, base.sft.max_length)
     lengths = sorted(len(ids) for ids, _ in data.examples)
     sft = dataclasses.replace(base.sft, steps=args.steps, batch_size=args.batch)
     print(
         f"tokenizer and encoding: {time.perf_counter() - t0:.1f} s; tokens median/max {lengths[len(lengths) // 2]}/{lengths[-1]}",
         flush=True,
     )
-    loss = train_sft(model, data, sft, tok.pad_token_id, 0)
+    limits = EpisodeLimits(max_turns=3, max_turn_tokens=24, max_episode_tokens=128)
+    budgets: list[dict] = []
+    eval_at = {int(x) for x in args.eval_at.split(",") if x}
+
+    def at_step(step: int, **_) -> None:
+        if step + 1 in eval_at and step + 1 < args.steps:
+            t = time.perf_counter()
+            got = evaluate(model, tok, held, limits)
+            budgets.append({"steps": step + 1, **got, "eval_seconds": round(time.perf_counter() - t, 1)})
+            print(json.dumps({k: v for k, v in budgets[-1].items() if k != "example"}), flush=True)
+
+    loss = train_sft(model, data, sft, tok.pad_token_id, 0, log_step=at_step)
     print(f"sft: {time.perf_counter() - t0:.1f} s", flush=True)
     t_sft = time.perf_counter() - t0
-    limits = EpisodeLimits(max_turns=3, max_turn_tokens=24, max_episode_tokens=128)
     t1 = time.perf_counter()
     figures = evaluate(model.eval(), tok, held, limits)
     report = {
         "steps": args.steps,
         "demos": len(data.examples),
         "demo_tokens_median_max": [lengths[len(lengths) // 2], lengths[-1]],
-        "sft_seconds": round(t_sft, 1),
+        "sft_seconds": round(t_sft - sum(b["eval_seconds"] for b in budgets), 1),
         "eval_seconds": round(time.perf_counter() - t1, 1),
         "final_loss": loss.get("final_loss", loss.get("loss")),
         **figures,
+        "earlier_budgets": budgets,
     }
     print(json.dumps(report, indent=1))
     if args.out is not None:

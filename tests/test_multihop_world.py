@@ -8,57 +8,99 @@ import pytest
 from support.models import chat_tokenizer
 
 from prefpipe.base.sft import IGNORE, encode_demonstrations
-from prefpipe.data.synthetic_multihop import multihop_world
+from prefpipe.base.tokenizer import train_tokenizer
+from prefpipe.data.synthetic_multihop import (
+    ADJECTIVES,
+    FIRST_NAMES,
+    NOUNS,
+    SURNAMES,
+    multihop_world,
+    result_text,
+)
 from prefpipe.data.verifier import score
 from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
 from prefpipe.grpo.rollout.episodes.format import CALL, TagFormat
 from prefpipe.grpo.rollout.episodes.measures import support_recall, supporting_titles
+from prefpipe.settings.pipeline import load_config
 
 SEARCH = {"type": "search", "corpus": "row", "top_k": 1, "k1": 1.5, "b": 0.75}
 
 
 @pytest.fixture(scope="module")
 def world():
-    return multihop_world(seed=3, train=40, heldout=20, demonstrations=30, distractors=2)
+    return multihop_world(seed=3, train=40, heldout=20, demonstrations=30, distractors=2, shortcut_rate=0.0)
 
 
 def test_the_world_is_deterministic_and_seeded(world):
-    assert multihop_world(3, 40, 20, 30, 2) == world
-    assert multihop_world(4, 40, 20, 30, 2)[1] != world[1]
+    assert multihop_world(3, 40, 20, 30, 2, 0.0) == world
+    assert multihop_world(4, 40, 20, 30, 2, 0.0)[1] != world[1]
     train, held, demos = world
     assert (len(train), len(held), len(demos)) == (40, 20, 30)
 
 
-def _names(rows: list[dict]) -> set[str]:
-    """Every company name and surname the rows' supporting paragraphs mention."""
-    out = set()
+def _entities(rows: list[dict]) -> tuple[set[str], set[str]]:
+    """(companies, persons) the rows' supporting paragraphs name: a paragraph's subject and the name ending it."""
+    companies, persons = set(), set()
     for r in rows:
         for p in r["paragraphs"]:
             if p["is_supporting"]:
-                out.add(p["title"].split()[-1])
-                out.add(p["text"].removesuffix(".").split()[-1])
-    return out
+                text = p["text"].removesuffix(".")
+                (companies if "founded by" in text else persons).add(text.split(", ")[0])
+                persons.add(" ".join(text.split()[-2:]))
+    return companies, persons
 
 
 def test_heldout_questions_share_no_entity_with_training_or_demonstrations(world):
     train, held, demos = world
-    assert not _names(held) & _names(train)
-    demo_words = {
-        w.strip(".:") for d in demos for w in d["response"].replace("<", " ").replace(">", " ").split()
-    }
-    assert not _names(held) & demo_words
+    held_companies, held_persons = _entities(held)
+    train_companies, train_persons = _entities(train)
+    assert held_companies and held_persons
+    assert not held_companies & train_companies and not held_persons & train_persons
+    demo_text = " ".join(d["response"] for d in demos)
+    assert not [name for name in held_companies | held_persons if name in demo_text]
     assert not {r["prompt"] for r in held} & {r["prompt"] for r in train}
     for row in held + train:
         assert row["answer"] not in row["prompt"] and len(supporting_titles(row)) == 2
-        assert row["kind"] == "exact_match" and row["aliases"] == [row["answer"].split()[-1]]
+        assert row["kind"] == "exact_match" and row["aliases"] == []
+        assert row["answer"] in held_persons | train_persons
+
+
+def test_every_name_word_is_one_token_and_tokenises_alike_wherever_it_appears(world):
+    """The scratch tokenizer (the default vocabulary size) trained on the demonstrations: every name word is one
+    token, a name's tokens in a result are its tokens in the question, a call and an answer (copying is
+    copying tokens), and every demonstration fits the default SFT length."""
+    _, held, demos = multihop_world(0, 0, 50, 2000, 2, 0.0)
+    base = load_config()["base"]
+    tok = train_tokenizer(
+        [d["prompt"] for d in demos] + [d["response"] for d in demos], base["tokenizer"]["vocab_size"], 256
+    )
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for first in (*ADJECTIVES, *FIRST_NAMES):
+        assert len(ids(first + " ")) == 1, first
+    for last in (*NOUNS, *SURNAMES):
+        assert len(ids(last)) == 1, last
+    for row in held[:20]:
+        company = row["prompt"].removesuffix("?").split(" of ")[-1].split(" founded ")[-1]
+        name = ids(company)
+        assert len(name) == 2
+        assert _contains(ids(row["prompt"]), name) and _contains(ids(f"<search>{company}</search>"), name)
+        assert _contains(ids(result_text(row["paragraphs"][0])), ids(row["paragraphs"][0]["title"]))
+        assert _contains(ids(f"<answer>{row['answer']}</answer>"), ids(row["answer"]))
+    data = encode_demonstrations(tok, demos, base["sft"]["max_length"])
+    assert len(data.examples) == len(demos) and not data.skipped
+
+
+def _contains(seq: list[int], part: list[int]) -> bool:
+    return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
 
 
 def test_demonstrations_replay_exactly_through_the_real_environment(world):
     """Running each demonstration's calls through search (top 1, the row's paragraphs) and the tag format gives
-    its environment turns byte for byte, and the two searches retrieve both supporting paragraphs."""
+    its environment turns byte for byte, and the two searches retrieve both supporting paragraphs (a founder's
+    own paragraph outranks the company's, which also names them)."""
     fmt = TagFormat()
-    train, _, demos = world
+    train, held, demos = world
     for demo in demos:
         runner = EnvironmentRunner(build_environment(SEARCH), max_result_chars=400)
         # a demonstration carries its turns only: its corpus is the paragraphs its results show
@@ -73,14 +115,15 @@ def test_demonstrations_replay_exactly_through_the_real_environment(world):
             assert fmt.render(runner.run(end.call)) == env["text"]
         assert demo["response"] == "".join(t["text"] for t in demo["turns"])
     # on the RL rows' own corpora (with distractors): the perfect searcher's two queries find both supports
-    for row in train[:10]:
+    for row in train + held:
         runner = EnvironmentRunner(build_environment(SEARCH), max_result_chars=400)
         runner.reset(row)
-        company = row["prompt"].rstrip("?").split()[-1]
+        company = row["prompt"].removesuffix("?").split(" of ")[-1].split(" founded ")[-1]
         first = runner.run(fmt.turn_end(f"<search>{company}</search>", False).call).text
-        founder = first.removesuffix(".").split(" was founded by ")[-1]
+        assert first.startswith(f"[1] {company}: ")
+        founder = first.removesuffix(".").split(", founded by ")[-1]
         second = runner.run(fmt.turn_end(f"<search>{founder}</search>", False).call).text
-        assert second.endswith(f"was mentored by {row['answer']}.")
+        assert second == f"[1] {founder}: {founder}, whose mentor was {row['answer']}."
         assert support_recall(supporting_titles(row), runner.environment.retrieved) == 1.0
 
 
@@ -109,3 +152,20 @@ def test_sft_trains_the_policy_turns_and_not_the_environment_text(world):
     want += tok(tok.eos_token, add_special_tokens=False)["input_ids"]
     assert labels[-len(tail) :] == want
     assert all(label == IGNORE for label in labels[: len(ids) - len(tail)])  # the prompt
+
+
+def test_shortcut_demonstrations_answer_the_founder_after_one_search():
+    """shortcut_rate: that share of the demonstrations (exactly, seeded) search once and answer the founder the
+    result names; the others search twice; the questions are the same as without shortcuts."""
+    _, held, demos = multihop_world(3, 0, 4, 40, 2, 0.25)
+    assert sum(d["shortcut"] for d in demos) == 10
+    for d in demos:
+        founder = d["turns"][1]["text"].removesuffix(".</result>\n").split(" by ")[-1]
+        if d["shortcut"]:
+            assert [t["owner"] for t in d["turns"]] == ["policy", "environment", "policy"]
+            assert d["turns"][-1]["text"] == f"<answer>{founder}</answer>"
+        else:
+            assert len(d["turns"]) == 5 and d["turns"][2]["text"] == f"<search>{founder}</search>"
+    plain = multihop_world(3, 0, 4, 40, 2, 0.0)
+    assert plain[1] == held
+    assert [d["prompt"] for d in plain[2]] == [d["prompt"] for d in demos]

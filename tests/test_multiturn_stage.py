@@ -13,9 +13,10 @@ from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings, stage_json
 from support.stages import run_main
 
-from prefpipe import train_grpo
+from prefpipe import eval_policy, train_grpo
 from prefpipe.common.config import ConfigError
 from prefpipe.common.io import read_jsonl, write_jsonl
+from prefpipe.data.answers import normalize_answer
 from prefpipe.grpo.metric_names import (
     ENV_LOSS_SHARE,
     EPISODE_ANSWER_FOUND,
@@ -104,6 +105,43 @@ def test_two_multiturn_steps_through_the_stage_log_the_episode_metrics(folders):
     print({k: round(v, 3) for k, v in metrics[-1].items() if k.startswith(("episode/", "reward", "env_"))})
     samples = read_jsonl(out / "samples.jsonl")
     assert any("<result>" in s["completion"] for s in samples)
+
+
+def test_eval_policy_scores_whole_episodes_base_against_trained(folders):
+    """eval_policy on a multi-turn run: an untaught base against the taught policy on the same questions, graded
+    on each episode's final answer; F1, calls and support recall per side match the per-example rows, and the
+    paired F1 interval is the bootstrap of the per-question differences."""
+    tok = chat_tokenizer()
+    tiny_llama(tok, hidden=64).save_pretrained(folders / "base")
+    tok.save_pretrained(folders / "base")
+    settings = grpo_settings(
+        {**RUN, "eval": {"batch_size": 1, "bootstrap_samples": 200}}, run="multi", seed=0
+    )
+    out = folders / "policy_eval" / "multi"
+    code, _ = run_main(
+        eval_policy.main, stage_json(settings), data=folders / "data", base=folders / "base",
+        policy=folders / "policy", out=out,
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rows = read_jsonl(out / "per_example.jsonl")
+    greedy = summary["decodings"]["greedy"]
+    # the taught policy reproduces its demonstrations: one search, the supporting paragraph, the right answer
+    assert greedy["trained"]["accuracy"] == 1.0
+    assert greedy["episodes"]["trained"] == {
+        "f1": 1.0, "calls_per_episode": 1.0, "support_recall": 1.0, "answered": 1.0
+    }  # fmt: skip
+    primary = summary["episodes"]  # the primary decoding's block, recomputed from the per-example rows
+    for side in ("base", "trained"):
+        want_em = [normalize_answer(r[f"{side}_answer"] or "") == normalize_answer(r["answer"]) for r in rows]
+        assert [r[f"{side}_correct"] for r in rows] == want_em
+        assert primary[side]["f1"] == pytest.approx(sum(r[f"{side}_f1"] for r in rows) / len(rows))
+        assert primary[side]["calls_per_episode"] == sum(r[f"{side}_calls"] for r in rows) / len(rows)
+    diffs = [r["trained_f1"] - r["base_f1"] for r in rows]
+    assert primary["f1_paired"]["delta"] == pytest.approx(sum(diffs) / len(diffs))
+    lo, hi = primary["f1_paired"]["ci"]
+    assert min(diffs) - 1e-9 <= lo <= hi <= max(diffs) + 1e-9
+    assert all("<search>" in r["trained"] for r in rows)  # the whole episode is kept per question
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
 
 The config is the stage's settings (prefpipe.settings.data.DataSettings) as JSON. Preference pairs come from
 the built-in world (`source: synthetic`) or `prefpipe.data.sources.load_external_pairs`; RL prompts from the
-world (`prompts.source: synthetic`) or `prefpipe.data.rl_prompts` (files, the hub); demonstrations from the
+world (`prompts.source: synthetic`), the multi-hop world (`multihop`: prefpipe.data.synthetic_multihop, whose
+episodes join the demonstrations) or `prefpipe.data.rl_prompts` (files, the hub); demonstrations from the
 world, only when base SFT uses them. Only the parts of the world a config uses are generated. The work is in
 prefpipe.data.prepare.
 """

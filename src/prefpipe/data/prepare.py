@@ -12,9 +12,10 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.io import write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.data.normalize import check_overlap, prompt_overlap, train_test_overlap
+from prefpipe.data.synthetic_multihop import multihop_world
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
-from prefpipe.settings.data import DataSettings
+from prefpipe.settings.data import MULTIHOP, DataSettings
 from prefpipe.settings.sections import subset_sections
 
 log = logging.getLogger("prefpipe.prep_data")
@@ -76,13 +77,42 @@ def _load(settings: DataSettings, parts: frozenset[str]) -> tuple[World, dict | 
             settings.external, settings.source, settings.bad_rows, settings.seed
         )
     prompts_report: dict[str, Any] = {"source": "synthetic"}
-    if settings.prompts.source != "synthetic":
+    if settings.prompts.source == MULTIHOP:
+        prompts_report = _multihop(settings, world)
+    elif settings.prompts.source != "synthetic":
         from prefpipe.data.rl_prompts import load_rl_prompt_rows
 
         world.rl_prompts_train, world.rl_prompts_heldout, prompts_report = load_rl_prompt_rows(
             settings.prompts, settings.bad_rows, settings.seed
         )
     return world, report, prompts_report
+
+
+def _multihop(settings: DataSettings, world: World) -> dict[str, Any]:
+    """The multi-hop world's questions as the RL prompts and its episodes added to the SFT demonstrations (when
+    the base trains on them); the prompts' report."""
+    world_settings = settings.multihop
+    demonstrations = world_settings.demonstrations if settings.demonstrations_needed else 0
+    train, held, demos = multihop_world(
+        settings.seed,
+        world_settings.train,
+        world_settings.heldout,
+        demonstrations,
+        world_settings.distractors,
+        world_settings.shortcut_rate,
+    )
+    world.rl_prompts_train, world.rl_prompts_heldout = train, held
+    world.demonstrations = [*world.demonstrations, *demos]
+    return {
+        "source": MULTIHOP,
+        "multihop": {
+            "train": len(train),
+            "heldout": len(held),
+            "demonstrations": len(demos),
+            "distractors": world_settings.distractors,
+            "shortcut_demonstrations": sum(d["shortcut"] for d in demos),
+        },
+    }
 
 
 def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from prefpipe.settings.run import RunSettings
 
 NO_VERIFIER = "none"  # data.prompts.verifier for prompts without answers (reward-model-only GRPO)
 FILE_SOURCES = ("jsonl", "json", "parquet")
+MULTIHOP = "multihop"  # data.prompts.source: the synthetic multi-hop world's questions (data.multihop)
+WORLD_SOURCES = ("synthetic", MULTIHOP)  # prompt sources built here, not read from files or the hub
 
 
 @dataclass
@@ -30,6 +32,17 @@ class SyntheticWorldSettings:
     # flipped, and the subsets with no training pairs (marked unfamiliar in the test pairs).
     label_noise: dict[str, float]
     unfamiliar_subsets: list[str]
+
+
+@dataclass
+class MultihopWorldSettings:
+    """The synthetic multi-hop world (prefpipe.data.synthetic_multihop), read when prompts.source is multihop."""
+
+    train: int  # RL training questions
+    heldout: int  # held-out questions (their own companies and persons)
+    demonstrations: int  # two-search episodes mixed into the base's SFT demonstrations
+    distractors: int  # other questions' paragraphs in each question's corpus
+    shortcut_rate: float  # share of demonstrations answering the founder after one search
 
 
 @dataclass
@@ -79,7 +92,7 @@ def _same_file(a: str, b: str) -> bool:
 class PromptSourceSettings:
     """Where GRPO's and the held-out evaluation's RL prompts come from (independent of the preference pairs)."""
 
-    source: str  # synthetic | jsonl | json | parquet | hf
+    source: str  # synthetic | multihop (data.multihop's world) | jsonl | json | parquet | hf
     path: str | None  # training prompts: a file, a dataset folder or a hub id
     test_path: str | None  # held-out prompts: a second file (file sources)
     split: str  # hf: training split
@@ -102,7 +115,7 @@ class PromptSourceSettings:
     def check(self) -> None:
         """What the schema cannot say; errors name the key (build_stage prefixes `data.`). Whether
         `verifier` is registered is the data layer's to say (prefpipe.data.verifier.check_verifier)."""
-        if self.source == "synthetic":
+        if self.source in WORLD_SOURCES:
             return
         if not self.path:
             raise ConfigError(f"prompts.path: source {self.source} needs a file, folder or hub id")
@@ -141,6 +154,7 @@ class DataSettings(RunSettings):
     bad_rows: str  # drop | error
     max_overlap_share: float  # test pairs / held-out prompts repeating training ones: refused above this
     synthetic: SyntheticWorldSettings
+    multihop: MultihopWorldSettings
     external: ExternalSourceSettings
     prompts: PromptSourceSettings
     sections: dict[str, list[str]]

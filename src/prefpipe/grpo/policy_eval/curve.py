@@ -2,7 +2,8 @@
 first update and every `eval.curve_every` updates (and after the last), greedy and sampled.
 
 Each point decodes exactly as the eval_policy stage does (measures.complete, the run's seed, the same
-batches), so the last point equals eval_policy's figure for the saved policy on the same prompts. `step` in a
+batches; whole episodes for a multi-turn run, with their F1, calls and support recall), so the last point
+equals eval_policy's figure for the saved policy on the same prompts. `step` in a
 row is the number of updates done (0 = the starting policy); each point lists the ids of the prompts answered right,
 so points of two runs on the same prompts compare paired. Written to <run>/curve.jsonl beside metrics.jsonl.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from prefpipe.common.chat import conversation
 from prefpipe.grpo.metric_names import DECODINGS
+from prefpipe.grpo.policy_eval.episodes import complete_episodes, episode_block, token_f1
 from prefpipe.grpo.policy_eval.measures import complete, decoding_settings, verifier_scores
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -55,17 +57,25 @@ class LearningCurve:
         policy.eval()
         try:
             for decoding in DECODINGS:
-                comp = complete(
-                    policy,
-                    tokenizer,
-                    prompts,
-                    decoding_settings(s.eval, decoding, s.fast_paths),
-                    s.eval.batch_size,
-                    s.eval.max_prompt_length,
-                    s.seed,
-                    f"curve {decoding} (step {steps_done})",
-                )
-                correct = [v >= 1.0 for v in verifier_scores(self.rows, comp.texts)]
+                label = f"curve {decoding} (step {steps_done})"
+                if s.episodes.enabled:
+                    comp = complete_episodes(policy, tokenizer, self.rows, s, decoding, label)
+                    point |= {
+                        f"{decoding}_{k}": v
+                        for k, v in episode_block(comp, token_f1(self.rows, comp)).items()
+                    }
+                else:
+                    comp = complete(
+                        policy,
+                        tokenizer,
+                        prompts,
+                        decoding_settings(s.eval, decoding, s.fast_paths),
+                        s.eval.batch_size,
+                        s.eval.max_prompt_length,
+                        s.seed,
+                        label,
+                    )
+                correct = [v >= 1.0 for v in verifier_scores(self.rows, comp.graded())]
                 n = max(len(correct), 1)
                 point |= {
                     f"{decoding}_accuracy": sum(correct) / n,

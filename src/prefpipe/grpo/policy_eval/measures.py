@@ -22,6 +22,10 @@ class Completions:
     lengths: list[int] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
 
+    def graded(self) -> list[str]:
+        """What the verifier grades: the completion itself (an episode: its final answer)."""
+        return self.texts
+
 
 @torch.no_grad()
 def complete(

@@ -5,6 +5,11 @@ Reports, for each policy: verifier accuracy with a 95% Wilson interval (and per 
 length and truncation; with a reward model: mean score (BT) and the win/tie/loss rate of trained over base
 (s(trained > base | x) > 0, any head); KL(trained || base) as k1 and k3 means over completion tokens of
 completions sampled from the trained policy. Writes summary.json and per_example.jsonl.
+
+A multi-turn run (grpo.<run>.episodes.enabled) is evaluated on whole episodes through its environment
+(grpo/policy_eval/episodes.py): accuracy is the exact match of the final answer, and each decoding adds an
+`episodes` block (token F1, tool calls per episode, support recall, each trained - base paired over questions).
+Its KL estimate still reads single-turn continuations of the prompt (the first policy turn's distribution).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from prefpipe.grpo.metric_names import (
     REWARD_MODEL,
     WIN_RATE,
 )
+from prefpipe.grpo.policy_eval.episodes import complete_episodes, episode_columns, episode_comparison
 from prefpipe.grpo.policy_eval.measures import (
     Completions,
     accuracy_summary,
@@ -56,7 +62,7 @@ def _policy_block(name: str, comp, rows: list[dict], graded: bool) -> dict[str, 
     if not graded:
         block = {"accuracy": None, "accuracy_applicable": False, "not_applicable": NOT_APPLICABLE, "n": n}
         return block | lengths | {"_correct": [None] * n}
-    scores = verifier_scores(rows, comp.texts)
+    scores = verifier_scores(rows, comp.graded())
     correct = [s >= 1.0 for s in scores]
     block = accuracy_summary(correct, [r["kind"] for r in rows])
     block.update({"accuracy_applicable": True, "mean_score": sum(scores) / n, **lengths})
@@ -87,6 +93,11 @@ def _compare_block(
         "accuracy_delta": blocks["trained"]["accuracy"] - blocks["base"]["accuracy"],
         PAIRED: paired,
         "intervals_overlap": not (t_lo > b_hi or b_lo > t_hi),
+        **(
+            {"episodes": episode_comparison(run_settings, comps, rows)}
+            if run_settings.episodes.enabled
+            else {}
+        ),
         "_correct": correct,
     }
 
@@ -118,12 +129,22 @@ Policy = tuple[Any, Any]  # (model, tokenizer)
 
 
 def _decode_all(
-    run_settings: GrpoSettings, policies: dict[str, Policy], prompts: list[str]
+    run_settings: GrpoSettings, policies: dict[str, Policy], rows: list[dict]
 ) -> dict[str, dict[str, Completions]]:
-    """{decoding: {"base" | "trained": completions}} for every decoding (greedy and sampled)."""
+    """{decoding: {"base" | "trained": completions}} for every decoding (greedy and sampled); whole episodes
+    for a multi-turn run."""
     eval_settings = run_settings.eval
+    prompts = [conversation(r) for r in rows]
     comps: dict[str, dict[str, Completions]] = {}
     for decoding in DECODINGS:
+        if run_settings.episodes.enabled:
+            comps[decoding] = {
+                name: complete_episodes(
+                    model, tok, rows, run_settings, decoding, f"episodes {decoding} ({name})"
+                )
+                for name, (model, tok) in policies.items()
+            }
+            continue
         settings = decoding_settings(eval_settings, decoding, run_settings.fast_paths)
         comps[decoding] = {
             name: complete(
@@ -165,9 +186,11 @@ def _per_example(
     correct: dict[str, dict[str, list]],
     primary: str,
     scores: list[float] | None,
+    episodes: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """One row per prompt: the primary decoding's texts and grades, and every decoding's grades
-    (paired.correct_key columns, what the report's paired comparisons read)."""
+    """One row per prompt: the primary decoding's texts and grades, every decoding's grades (paired.correct_key
+    columns, what the report's paired comparisons read) and, for episodes, each side's answer, F1, calls and
+    support recall."""
     return [
         {
             "id": r["id"],
@@ -184,6 +207,7 @@ def _per_example(
                 for side in (BASE, TRAINED)
             },
             **({"score_trained_over_base": scores[i]} if scores is not None else {}),
+            **episodes[i],
         }
         for i, r in enumerate(rows)
     ]
@@ -205,7 +229,7 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
     }
     prompts = [conversation(r) for r in rows]
     graded = has_answers(rows)
-    comps = _decode_all(run_settings, policies, prompts)
+    comps = _decode_all(run_settings, policies, rows)
     decodings = {
         decoding: _compare_block(run_settings, decoding, c, rows, graded) for decoding, c in comps.items()
     }
@@ -233,7 +257,9 @@ def evaluate(run_settings: GrpoSettings, args: argparse.Namespace) -> dict[str, 
         summary[REWARD_MODEL] = rm_block | {"folder": folders_label(args.reward_model)}
     if eval_settings.kl_estimate:
         summary[KL_TO_BASE] = _kl_block(run_settings, policies, prompts)
-    write_jsonl(out / "per_example.jsonl", _per_example(rows, texts, correct, eval_settings.primary, scores))
+    columns = episode_columns(rows, comps[eval_settings.primary])
+    per_example = _per_example(rows, texts, correct, eval_settings.primary, scores, columns)
+    write_jsonl(out / "per_example.jsonl", per_example)
     record.log(step=None, **{k: v for k, v in summary.items() if isinstance(v, int | float)})
     record.finish(summary)
     return summary

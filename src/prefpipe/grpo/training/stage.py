@@ -76,7 +76,7 @@ def _rewards(
 def _curve_rows(settings: GrpoSettings, args: argparse.Namespace) -> list[dict] | None:
     """The learning curve's prompts (eval.split, its first eval.curve_prompts), or None when it is off."""
     ev = settings.eval
-    if not ev.curve_every or settings.episodes.enabled:  # the curve decodes single-turn completions
+    if not ev.curve_every:
         return None
     rows, _ = evaluation_rows(args.data, ev.split, settings.validation_prompts, ev.curve_prompts)
     return rows if has_answers(rows) else None
