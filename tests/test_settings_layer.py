@@ -216,6 +216,8 @@ NOT_CONFIG_DEFAULTS = {
     ("report/sections/prompt_overlap.py", ".get", "train_pairs"),
     # the active-learning summary's full-data block (its per-strategy figures), not active_learning.strategies
     ("report/scoreboard/uses_seeds.py", ".get", "strategies"),
+    # the prompt loader's report of the held-out file (its overlap count), not data.multihop.heldout
+    ("data/prepare.py", ".get", "heldout"),
 }
 
 
