@@ -48,7 +48,9 @@ def check_registered_names(settings: GrpoSettings) -> None:
 
 
 def run(settings: GrpoSettings, args: argparse.Namespace) -> None:
-    check_registered_names(settings)  # a stage started by hand: the registries' names before any input is read
+    check_registered_names(
+        settings
+    )  # a stage started by hand: the registries' names before any input is read
     if settings.uses_reward_model() and not args.reward_model:
         raise ConfigError(
             f"grpo run {settings.run!r} has a reward_model reward but no --reward-model was given"
