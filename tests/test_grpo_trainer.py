@@ -170,7 +170,9 @@ def test_run_settings_are_the_defaults_merged_with_the_run_and_errors_name_the_k
         pipeline({"grpo": {"only": ["bt"]}})
     with pytest.raises(ConfigError, match=r"grpo\.runs\.verifier: .*'stepz' was unexpected"):
         grpo_settings({"stepz": 3})
-    with pytest.raises(ConfigError, match=r"grpo\.runs\.verifier\.loss_type: 'mean' is not one of"):
+    with pytest.raises(
+        ConfigError, match=r"grpo\.runs\.verifier\.loss_type: 'mean' is not a registered loss aggregation"
+    ):
         grpo_settings({"loss_type": "mean"})
 
 

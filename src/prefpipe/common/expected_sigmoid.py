@@ -1,7 +1,7 @@
 """E[sigmoid(X)] for X ~ N(mu, s^2), integrated numerically: a Bayesian head's P(a > b) = E[sigmoid(s / tau)] for
 its score posterior s ~ N(m, v). One implementation for the evaluation (prefpipe.evaluation.uncertainty) and for
 exported models: the export copies this file beside its standalone loader, so an exported Bayesian head gives the
-very probabilities the evaluation reports. It imports numpy and torch only, never prefpipe.
+very probabilities the evaluation reports. It imports numpy (and torch on use) only, never prefpipe.
 
 On the logit scale (mu = m / tau, s = sd / tau) the integrals are Gauss-Hermite when the Gaussian is at most as
 wide as the sigmoid's features (s <= 1); wider, the nodes step over the sigmoid's rise (at s = 185 every symmetric
@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 HERMITE_NODES = 96
 ENTROPY_GRID = np.linspace(-60.0, 60.0, 12001)  # H(sigmoid(x)) < 1e-24 beyond |x| = 60
@@ -36,7 +35,10 @@ def entropy_of_logit(z: np.ndarray) -> np.ndarray:
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
-    """Standard normal CDF (torch's ndtr: accurate in the tails, no scipy)."""
+    """Standard normal CDF (torch's ndtr: accurate in the tails, no scipy). torch is imported here, on use: the
+    report imports this module through the calibration helpers and runs where torch is not installed."""
+    import torch
+
     return torch.special.ndtr(torch.as_tensor(x, dtype=torch.float64)).numpy()
 
 
