@@ -59,7 +59,7 @@ def check_registered(settings: PipelineSettings) -> PipelineSettings:
     if settings.data.prompts.verifier == NO_VERIFIER:
         _check_prompt_answers(settings)
     for name, run in settings.grpo.items():
-        _check_grpo_names(name, run)
+        check_grpo_names(run, f"grpo.runs.{name}")
         _check_reward_heads(settings, name, run)
     if settings.active_learning is not None:
         check_strategies(
@@ -68,9 +68,9 @@ def check_registered(settings: PipelineSettings) -> PipelineSettings:
     return settings
 
 
-def _check_grpo_names(name: str, run: GrpoSettings) -> None:
-    """The names a GRPO run gives that only a registry knows: its loss aggregation, engine, reward sources."""
-    key = f"grpo.runs.{name}"
+def check_grpo_names(run: GrpoSettings, key: str) -> None:
+    """The names a GRPO run gives that only a registry knows: its loss aggregation, engine, reward sources
+    (`key`: the run's config key; also asked by the train_grpo stage when it is started by hand)."""
     require_registered(AGGREGATORS, run.loss_type, f"{key}.loss_type", "loss aggregation")
     require_registered(ENGINES, run.rollout.engine, f"{key}.rollout.engine", "rollout engine")
     for pos, spec in enumerate(run.rewards):

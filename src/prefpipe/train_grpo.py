@@ -8,9 +8,11 @@ What it reads, writes and reports: prefpipe.grpo.training.stage.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from prefpipe.common.stage import PathArg, run_stage
+from prefpipe.config_checks import check_grpo_names
 from prefpipe.grpo.training.stage import run
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -27,8 +29,14 @@ PATHS = {
 }
 
 
+def checked_run(settings: GrpoSettings, args: argparse.Namespace) -> None:
+    """A stage started by hand gets the workflow's registry check of its names before any input is read."""
+    check_grpo_names(settings, f"grpo.runs.{settings.run}")
+    run(settings, args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_stage("train_grpo", GrpoSettings, run, PATHS, argv)
+    return run_stage("train_grpo", GrpoSettings, checked_run, PATHS, argv)
 
 
 if __name__ == "__main__":

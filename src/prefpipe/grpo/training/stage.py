@@ -18,17 +18,14 @@ import torch
 
 from prefpipe.common.checkpoint import check_fingerprint, content_digest
 from prefpipe.common.config import ConfigError
-from prefpipe.common.registry import require_registered
 from prefpipe.common.run_record import RunRecord
 from prefpipe.common.torch_runtime.seeding import seed_everything
 from prefpipe.generation.rl_prompts import has_answers
-from prefpipe.grpo.algorithm.losses import AGGREGATORS
 from prefpipe.grpo.algorithm.train_state import run_fingerprint
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.policy_eval.curve import CURVE_FILE
 from prefpipe.grpo.policy_io import load_policy, save_policy
-from prefpipe.grpo.rewards import REWARD_SOURCES, WeightedReward, answer_reward_keys, build_rewards
-from prefpipe.grpo.rollout.engines import ENGINES
+from prefpipe.grpo.rewards import WeightedReward, answer_reward_keys, build_rewards
 from prefpipe.grpo.splits import evaluation_rows, training_rows
 from prefpipe.grpo.training.trainer import GRPOTrainer
 from prefpipe.reward.ensemble import folders_label
@@ -38,19 +35,7 @@ from prefpipe.settings.grpo import GrpoSettings
 log = logging.getLogger("prefpipe.train_grpo")
 
 
-def check_registered_names(settings: GrpoSettings) -> None:
-    """The names only a registry knows (loss aggregation, engine, reward sources), for a stage started by hand
-    (the workflow's config check, prefpipe.config_checks, asks the same registries at parse time)."""
-    require_registered(AGGREGATORS, settings.loss_type, "loss_type", "loss aggregation")
-    require_registered(ENGINES, settings.rollout.engine, "rollout.engine", "rollout engine")
-    for pos, spec in enumerate(settings.rewards):
-        require_registered(REWARD_SOURCES, spec["type"], f"rewards[{pos}].type", "reward source")
-
-
 def run(settings: GrpoSettings, args: argparse.Namespace) -> None:
-    check_registered_names(
-        settings
-    )  # a stage started by hand: the registries' names before any input is read
     if settings.uses_reward_model() and not args.reward_model:
         raise ConfigError(
             f"grpo run {settings.run!r} has a reward_model reward but no --reward-model was given"
