@@ -46,6 +46,10 @@ def test_the_section_and_board_show_the_summaries_figures(built, tmp_path):
     assert f"## {TITLE}" in md
     summary = write_episode_run(tmp_path / "again", RUN, STEPS, WRONG_FROM)  # the same figures, written again
     assert check_paired_table(md, {RUN: summary}) == 2 * 4  # two decodings x four measures
+    (paired,) = [t for t in tables(md) if t.header[:3] == ["Run", "Decoding", "Measure"]]
+    words = {(r[1], r[2]): r[6] for r in paired.rows}
+    assert words[("greedy", "tool calls per episode")] == "more"  # calls: where, not better or worse
+    assert words[("greedy", "exact match")] == "improved"  # +0.375 [+0.275, +0.425]
     row = scoreboard_row(md, RUN)
     for decoding in ("greedy", "sampled"):
         paired = summary["decodings"][decoding]["paired"]
@@ -62,7 +66,7 @@ def test_the_section_and_board_show_the_summaries_figures(built, tmp_path):
 
 def test_the_diagnostics_table_is_the_metrics_first_and_last_steps(built):
     md = built
-    (table,) = [t for t in tables(md) if t.header[:2] == ["Measure", "First 5 steps"]]
+    (table,) = [t for t in tables(md) if t.header[:2] == ["Measure", "First 5 steps"]]  # 10 steps logged
     rows = {r[0]: r for r in table.rows}
     metrics = episode_metrics(STEPS, WRONG_FROM)
 

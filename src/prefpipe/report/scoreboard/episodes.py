@@ -24,7 +24,7 @@ def _cell(row: pd.Series | None) -> Cell:
     if row is None or pd.isna(row["delta"]):
         return Cell(NA, LINK)
     ci = None if pd.isna(row["lo"]) else (float(row["lo"]), float(row["hi"]))
-    return Cell(change_text(row), LINK, side_mark(ci) if ci else "")
+    return Cell(change_text(row), LINK, side_mark(ci) if ci and row["share"] else "")
 
 
 def _find(table: pd.DataFrame, run: str, measure: str, decoding: str | None = None) -> pd.Series | None:
@@ -41,7 +41,7 @@ def board(ctx: Context) -> Board | None:
     names = list(dict.fromkeys(table[table["run"].isin(runs)]["decoding"]))
     decodings = [d for d in gm.DECODINGS if d in names] + [d for d in names if d not in gm.DECODINGS]
     columns = ["Run", *(f"Exact match, {d} [95%]" for d in decodings)]
-    columns += [f"{m.capitalize()}, primary [95%]" for m in PRIMARY_MEASURES]
+    columns += [f"{m[0].upper()}{m[1:]}, primary [95%]" for m in PRIMARY_MEASURES]
     rows = [
         [
             Cell(run, LINK),
@@ -55,6 +55,7 @@ def board(ctx: Context) -> Board | None:
         columns,
         rows,
         "▲ improved, ≈ no clear change, ▼ worse (where the paired interval lies against 0). Exact match, F1 "
-        "and support recall in points; tool calls per episode in calls; primary: eval.primary's decoding.",
+        "and support recall in points; tool calls per episode in calls, unmarked (more calls is neither "
+        "better nor worse); primary: eval.primary's decoding.",
         anchor="scoreboard-episodes",
     )

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side
 from prefpipe.grpo import metric_names as gm
 from prefpipe.report import frames
 from prefpipe.report.document import Claim, Section, Table
@@ -98,7 +99,7 @@ def first_above(frame: pd.DataFrame, metric: str, limit: float) -> int | None:
 
 def _diagnostics(ctx: Context, run: str, frame: pd.DataFrame) -> Table | None:
     max_turns = int(((ctx.tree.config("grpo", run) or {}).get("episodes") or {}).get("max_turns") or 0)
-    rows, classes = [], []
+    rows, classes, n = [], [], min(WINDOW, len(frame))
     for metric, label, fires in _rows(max_turns):
         first, last = window_means(frame, metric)
         if first is None:
@@ -110,7 +111,7 @@ def _diagnostics(ctx: Context, run: str, frame: pd.DataFrame) -> Table | None:
         return None
     return Table(
         f"Episode diagnostics, {run}",
-        ["Measure", f"First {WINDOW} steps", f"Last {WINDOW} steps", "Fires at step"],
+        ["Measure", f"First {n} steps", f"Last {n} steps", "Fires at step"],
         rows,
         "Means over the run's first and last logged steps (metrics.jsonl). Fires at step: the first step "
         "above report.diagnostics' limit, for the measures that have one (env_loss_share_max for a loss on "
@@ -134,6 +135,18 @@ def change_text(r: pd.Series) -> str:
     return f"{float(r['delta']):+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
 
 
+# a change in tool calls is neither better nor worse: its words say only where the interval lies
+COUNT_WORDS = {ABOVE_ZERO: "more", STRADDLES_ZERO: "no clear change", BELOW_ZERO: "fewer"}
+
+
+def change_word(r: pd.Series) -> str:
+    """The policy table's verdict for a share (improved / no clear change / worse); more / fewer for calls."""
+    if pd.isna(r["lo"]):
+        return NA
+    ci = (float(r["lo"]), float(r["hi"]))
+    return verdict(ci) if r["share"] else COUNT_WORDS[interval_side(ci)]
+
+
 def _paired_table(table: pd.DataFrame) -> Table:
     rows = [
         [
@@ -143,7 +156,7 @@ def _paired_table(table: pd.DataFrame) -> Table:
             _value(r["base"], r["share"]),
             _value(r["trained"], r["share"]),
             change_text(r),
-            NA if pd.isna(r["lo"]) else verdict((float(r["lo"]), float(r["hi"]))),
+            change_word(r),
             NA if pd.isna(r["n"]) else str(int(r["n"])),
         ]
         for _, r in table.iterrows()
@@ -187,6 +200,10 @@ def build(ctx: Context) -> Section | None:
     metrics = metrics[metrics["run"].isin(runs)] if not metrics.empty else metrics
     trained = [r for r in runs if not metrics.empty and r in set(metrics["run"])]
     blocks: list = training_figures(ctx, metrics, groups(trained, []), "run", PANELS, "episodes")
+    if trained and not blocks:
+        blocks.append(
+            note("Every per-step episode measure is constant over the logged steps: no curve drawn.")
+        )
     table = frames.episodes(ctx.tree)
     table = table[table["run"].isin(runs)]
     if table.empty:
