@@ -13,7 +13,7 @@ from support.episode_tree import (
     scoreboard_row,
     write_episode_run,
 )
-from support.markdown_tables import tables
+from support.markdown_tables import tables, texts
 from support.results_tree import QUALITY, RUNS, report_markdown, write_results_tree
 
 from prefpipe.report.inputs import Manifest
@@ -50,6 +50,10 @@ def test_the_section_and_board_show_the_summaries_figures(built, tmp_path):
     words = {(r[1], r[2]): r[6] for r in paired.rows}
     assert words[("greedy", "tool calls per episode")] == "more"  # calls: where, not better or worse
     assert words[("greedy", "exact match")] == "improved"  # +0.375 [+0.275, +0.425]
+    (claim,) = [t for t in texts(md) if t.startswith(f"Multi-turn run {RUN}, held-out episodes (greedy): ")]
+    f1 = summary["decodings"]["greedy"]["episodes"]["f1_paired"]
+    assert "token F1" in claim and "exact match" not in claim  # the policy section's claim has exact match
+    assert f"({100 * f1['delta']:+.1f} pts [{100 * f1['ci'][0]:+.1f}, {100 * f1['ci'][1]:+.1f}])" in claim
     row = scoreboard_row(md, RUN)
     for decoding in ("greedy", "sampled"):
         paired = summary["decodings"][decoding]["paired"]

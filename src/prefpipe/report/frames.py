@@ -88,8 +88,9 @@ def policy(tree: Tree) -> pd.DataFrame:
 
 # A multi-turn run's held-out figures (eval_policy's `episodes` block beside its exact match): (measure, where
 # each side's value is, where the paired trained - base is, whether it is a share of questions).
+EXACT_MATCH = "exact match"
 EPISODE_MEASURES = (
-    ("exact match", ("{side}", gm.ACCURACY), (gm.PAIRED,), True),
+    (EXACT_MATCH, ("{side}", gm.ACCURACY), (gm.PAIRED,), True),
     ("token F1", ("episodes", "{side}", "f1"), ("episodes", "f1_paired"), True),
     (
         "tool calls per episode",

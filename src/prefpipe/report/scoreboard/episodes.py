@@ -16,8 +16,7 @@ from prefpipe.report.sections.episodes import change_text, episode_runs
 from prefpipe.report.stats import NA
 
 LINK = "episodes-paired"
-EXACT_MATCH = frames.EPISODE_MEASURES[0][0]
-PRIMARY_MEASURES = [m for m, *_ in frames.EPISODE_MEASURES[1:]]
+PRIMARY_MEASURES = [m for m, *_ in frames.EPISODE_MEASURES if m != frames.EXACT_MATCH]
 
 
 def _cell(row: pd.Series | None) -> Cell:
@@ -45,7 +44,7 @@ def board(ctx: Context) -> Board | None:
     rows = [
         [
             Cell(run, LINK),
-            *(_cell(_find(table, run, EXACT_MATCH, d)) for d in decodings),
+            *(_cell(_find(table, run, frames.EXACT_MATCH, d)) for d in decodings),
             *(_cell(_find(table, run, m)) for m in PRIMARY_MEASURES),
         ]
         for run in runs

@@ -173,7 +173,10 @@ def _paired_table(table: pd.DataFrame) -> Table:
 
 
 def claims(ctx: Context) -> list[Claim]:
+    """Per multi-turn run, what its episodes add to the policy section's exact-match claim (primary decoding):
+    token F1, tool calls and support recall, base → trained (change)."""
     table = frames.episodes(ctx.tree)
+    table = table[table["measure"] != frames.EXACT_MATCH]
     out = []
     for run in dict.fromkeys(table["run"]):
         mine = table[(table["run"] == run) & table["primary"]]
@@ -185,7 +188,7 @@ def claims(ctx: Context) -> list[Claim]:
             decoding = mine["decoding"].iloc[0]
             out.append(
                 Claim(
-                    f"Multi-turn run {run}, held-out questions ({decoding}): " + "; ".join(parts) + ".",
+                    f"Multi-turn run {run}, held-out episodes ({decoding}): " + "; ".join(parts) + ".",
                     "episodes-paired",
                 )
             )
