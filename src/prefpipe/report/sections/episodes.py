@@ -13,7 +13,7 @@ import pandas as pd
 from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side
 from prefpipe.grpo import metric_names as gm
 from prefpipe.report import frames
-from prefpipe.report.document import Claim, Section, Table
+from prefpipe.report.document import Claim, Details, Section, Table
 from prefpipe.report.sections import Context, note
 from prefpipe.report.sections.calibration import groups
 from prefpipe.report.sections.policy import verdict
@@ -215,6 +215,11 @@ def build(ctx: Context) -> Section | None:
         blocks.append(_paired_table(table))
     for run in trained:
         diagnostics = _diagnostics(ctx, run, metrics[metrics["run"] == run])
-        if diagnostics is not None:
-            blocks.append(diagnostics)
+        if diagnostics is None:
+            continue
+        # beside other runs, a run whose limits all held is collapsed (a grid's tables would fill the page)
+        quiet = len(trained) > 1 and "flag" not in diagnostics.row_classes
+        blocks.append(
+            Details(f"{diagnostics.title}: no limit crossed", [diagnostics]) if quiet else diagnostics
+        )
     return Section(TITLE, blocks, ANCHOR)
