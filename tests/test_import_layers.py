@@ -254,6 +254,7 @@ KNOWN_FUNCTION_LEVEL_CYCLES = [
                 "appendix",
                 "calibration",
                 "compare",
+                "episodes",
                 "grpo_training",
                 "hacking",
                 "hypotheses",

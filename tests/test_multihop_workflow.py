@@ -2,7 +2,8 @@
 evaluation -> report and no reward model; at toy sizes (tests/configs/tiny_multihop.yaml) prep_data writes the
 world's questions as the RL prompt files and its episodes among the demonstrations, the GRPO run rolls out
 episodes, eval_policy reports base and trained exact match, F1, calls and support recall with paired
-intervals, and the report builds."""
+intervals, and the report's multi-turn section and scoreboard show those figures. The hypothesis grid overlay
+(config/experiments/multihop_hypotheses.yaml) plans its seven multi-turn runs and the verdicts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.episode_tree import check_paired_table, scoreboard_row
 from support.workflow import repo_copy
 
 from prefpipe.common.io import read_jsonl
@@ -20,6 +22,7 @@ from prefpipe.common.io import read_jsonl
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "config" / "experiments" / "multihop.yaml"
 TINY = REPO / "tests" / "configs" / "tiny_multihop.yaml"
+GRID = REPO / "config" / "experiments" / "multihop_hypotheses.yaml"
 RESULTS = "results/tiny-multihop"
 
 
@@ -49,6 +52,15 @@ def test_the_experiment_plans_data_base_grpo_and_policy_evaluation_only(tmp_path
     }  # fmt: skip
 
 
+def test_the_hypothesis_grid_overlay_plans_seven_multi_turn_runs_and_their_verdicts(tmp_path):
+    wf = repo_copy(tmp_path / "wf", link_src=True)
+    jobs = _jobs(_snakemake(wf, "-n", "--configfile", str(EXPERIMENT), str(GRID)))
+    assert jobs == {
+        "prep_data": 1, "build_base": 1, "train_grpo": 7, "eval_policy": 7, "grpo_hypotheses": 1, "report": 1,
+        "all": 1,
+    }  # fmt: skip
+
+
 def test_prep_to_eval_policy_on_the_tiny_world(tmp_path):
     wf = repo_copy(tmp_path / "wf", link_src=True)
     target = f"{RESULTS}/policy_eval/search/summary.json"
@@ -72,6 +84,9 @@ def test_prep_to_eval_policy_on_the_tiny_world(tmp_path):
             assert 0 <= block[side]["f1"] <= 1 and 0 <= block[side]["support_recall"] <= 1
         assert block["f1_paired"]["n"] == 6 and len(block["f1_paired"]["ci"]) == 2
     assert summary["paired"]["n"] == 6  # exact match, trained - base, paired over the held-out questions
+    md = (wf / report).read_text()
+    assert check_paired_table(md, {"search": summary}) == 2 * 4  # the report's figures are the summary's
+    assert scoreboard_row(md, "search")["Exact match, greedy [95%]"] != "–"
     rows = read_jsonl(wf / RESULTS / "policy_eval" / "search" / "per_example.jsonl")
     assert {"base_f1", "trained_calls", "trained_support_recall"} <= set(rows[0])
     curve = read_jsonl(wf / RESULTS / "grpo" / "search" / "curve.jsonl")

@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.episodes import DEMOS, PARAGRAPHS, teach
+from support.episodes import taught_inputs
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings, stage_json
 from support.stages import run_main
 
 from prefpipe import eval_policy, train_grpo
 from prefpipe.common.config import ConfigError
-from prefpipe.common.io import read_jsonl, write_jsonl
+from prefpipe.common.io import read_jsonl
 from prefpipe.data.answers import normalize_answer
 from prefpipe.grpo.metric_names import (
     ENV_LOSS_SHARE,
@@ -30,7 +30,6 @@ from prefpipe.grpo.metric_names import (
     EPISODE_TURNS,
 )
 
-SUPPORTING = {"Which animal barks?": "Dogs", "Where do birds fly?": "Birds"}
 EPISODES = {
     "enabled": True,
     "options": {"search": {"top_k": 1}},
@@ -52,29 +51,9 @@ RUN = {
 }
 
 
-def _rows() -> list[dict]:
-    return [
-        {
-            "id": f"q{i}",
-            "prompt": prompt,
-            "answer": turns[-1][len("<answer>") : -len("</answer>")],
-            "aliases": ["the " + turns[-1][len("<answer>") : -len("</answer>")]],
-            "kind": "exact_match",
-            "paragraphs": [{**p, "is_supporting": p["title"] == SUPPORTING[prompt]} for p in PARAGRAPHS],
-        }
-        for i, (prompt, turns) in enumerate(DEMOS)
-    ]
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("multiturn")
-    tok = chat_tokenizer()
-    teach(tiny_llama(tok, hidden=64), tok).save_pretrained(root / "policy")
-    tok.save_pretrained(root / "policy")
-    write_jsonl(root / "data" / "rl_prompts_train.jsonl", _rows())
-    write_jsonl(root / "data" / "rl_prompts_heldout.jsonl", _rows())
-    return root
+    return taught_inputs(tmp_path_factory.mktemp("multiturn"))
 
 
 def test_two_multiturn_steps_through_the_stage_log_the_episode_metrics(folders):

@@ -7,10 +7,12 @@ from __future__ import annotations
 import torch
 
 from prefpipe.common.chat import format_prompt
+from prefpipe.common.io import write_jsonl
 from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
 from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, TagFormat
 from prefpipe.grpo.rollout.sampling import pick_tokens
+from support.models import chat_tokenizer, tiny_llama
 
 PARAGRAPHS = [
     {"title": "Cats", "text": "The cat sat on the mat."},
@@ -23,6 +25,23 @@ DEMOS = [
     ("Which animal barks?", ["<search>dog barks</search>", "<answer>dog</answer>"]),
     ("Where do birds fly?", ["<search>birds fly</search>", "<answer>river</answer>"]),
 ]
+
+
+# which paragraph supports each demonstration's question
+SUPPORTING = {"Which animal barks?": "Dogs", "Where do birds fly?": "Birds"}
+
+
+def question_rows() -> list[dict]:
+    """The demonstrations' questions as RL prompt rows: answer, an alias, the corpus with its supporting title."""
+    rows = []
+    for i, (prompt, turns) in enumerate(DEMOS):
+        answer = turns[-1][len("<answer>") : -len("</answer>")]
+        paragraphs = [{**p, "is_supporting": p["title"] == SUPPORTING[prompt]} for p in PARAGRAPHS]
+        rows.append(
+            {"id": f"q{i}", "prompt": prompt, "answer": answer, "aliases": ["the " + answer],
+             "kind": "exact_match", "paragraphs": paragraphs}
+        )  # fmt: skip
+    return rows
 
 
 def runner(max_result_chars: int = 400) -> EnvironmentRunner:
@@ -99,3 +118,14 @@ def reencode_episode(
         seq, ids, owners, turn = seq + result, ids + result, owners + ["environment"] * len(result), []
         if len(ids) >= limits.max_episode_tokens:
             return ids, owners
+
+
+def taught_inputs(root):
+    """A train_grpo input tree under `root`: policy/ (a tiny Llama taught the demonstrations, with its tokenizer)
+    and data/ (the demonstrations' questions as train and held-out prompts)."""
+    tok = chat_tokenizer()
+    teach(tiny_llama(tok, hidden=64), tok).save_pretrained(root / "policy")
+    tok.save_pretrained(root / "policy")
+    write_jsonl(root / "data" / "rl_prompts_train.jsonl", question_rows())
+    write_jsonl(root / "data" / "rl_prompts_heldout.jsonl", question_rows())
+    return root

@@ -26,6 +26,9 @@ PROMPT_LOSS_SHARE = "prompt_loss_share"
 # policy turns, tool calls, environment failures by kind (`{kind}`: grpo/environments/base.py ERROR_KINDS), share
 # of environment tokens in the episodes, tokens after the prompt, result tokens cut for the budget (H04), answers.
 ENV_LOSS_SHARE = "env_loss_share"
+# The same share checked against the episodes' own segments (grpo/training/episode_steps.py audit): loss tokens
+# that no policy segment holds, over every loss token; the environment-loss diagnostic reads it where logged.
+EPISODE_ENV_TRAINED_SHARE = "episode/env_trained_share"
 EPISODE_TURNS, EPISODE_CALLS, EPISODE_ENV_ERRORS = (
     "episode/turns_mean",
     "episode/calls_mean",

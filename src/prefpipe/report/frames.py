@@ -86,6 +86,65 @@ def policy(tree: Tree) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POLICY_COLUMNS)
 
 
+# A multi-turn run's held-out figures (eval_policy's `episodes` block beside its exact match): (measure, where
+# each side's value is, where the paired trained - base is, whether it is a share of questions).
+EXACT_MATCH = "exact match"
+EPISODE_MEASURES = (
+    (EXACT_MATCH, ("{side}", gm.ACCURACY), (gm.PAIRED,), True),
+    ("token F1", ("episodes", "{side}", "f1"), ("episodes", "f1_paired"), True),
+    (
+        "tool calls per episode",
+        ("episodes", "{side}", "calls_per_episode"),
+        ("episodes", "calls_paired"),
+        False,
+    ),
+    ("support recall", ("episodes", "{side}", "support_recall"), ("episodes", "support_recall_paired"), True),
+)
+EPISODE_COLUMNS = [
+    "run",
+    "decoding",
+    "primary",
+    "measure",
+    "share",
+    "base",
+    "trained",
+    "delta",
+    "lo",
+    "hi",
+    "n",
+]
+
+
+def _at(block: Any, path: tuple[str, ...], side: str = "") -> Any:
+    for key in path:
+        block = block.get(key.format(side=side)) if isinstance(block, dict) else None
+    return block
+
+
+def episodes(tree: Tree) -> pd.DataFrame:
+    """Per (multi-turn run, decoding, measure): base, trained and trained - base paired over the held-out
+    questions with its interval, as eval_policy recorded them (runs without an `episodes` block: none)."""
+    rows = []
+    for run in tree.names("policy_eval"):
+        summary = tree.summary("policy_eval", run) or {}
+        for decoding, block in (summary.get(gm.DECODINGS_KEY) or {}).items():
+            if not isinstance(_at(block, ("episodes",)), dict):
+                continue
+            for measure, side_path, paired_path, share in EPISODE_MEASURES:
+                paired = _at(block, paired_path)
+                sides = {side: as_float(_at(block, side_path, side)) for side in ("base", "trained")}
+                ci = (paired or {}).get("ci") or (None, None)
+                rows.append(
+                    {
+                        "run": run, "decoding": decoding, "primary": decoding == summary.get(gm.DECODING),
+                        "measure": measure, "share": share, **sides,
+                        "delta": as_float((paired or {}).get("delta")), "lo": ci[0], "hi": ci[1],
+                        "n": (paired or {}).get("n"),
+                    }
+                )  # fmt: skip
+    return pd.DataFrame(rows, columns=EPISODE_COLUMNS)
+
+
 def metrics(tree: Tree, kind: str, key: str) -> pd.DataFrame:
     """metrics.jsonl rows of every variant (kind reward_metrics) or run (grpo_metrics), keyed by `key`."""
     frames = []

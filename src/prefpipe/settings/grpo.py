@@ -109,6 +109,7 @@ class GrpoSettings(RunSettings):
     mask_mode: (
         str  # completion | with_prompt | with_environment (debugging switch: a deliberately wrong mask)
     )
+    mask_mode_from_step: int  # the first step trained with mask_mode (earlier: completion)
     reference_mode: str  # auto | disable_adapter | frozen_copy
     micro_batch_size: int
     gradient_checkpointing: bool  # the policy's training forward only (generation keeps its KV cache)
@@ -132,6 +133,10 @@ class GrpoSettings(RunSettings):
     def kl_to_reference(self) -> bool:
         """The loss has a KL term to the reference policy (beta != 0), so it needs the reference's log-probs."""
         return not no_kl_term(self.beta)
+
+    def mask_mode_at(self, step: int) -> str:
+        """The loss mask of a step: mask_mode from mask_mode_from_step on, the correct `completion` before."""
+        return self.mask_mode if step >= self.mask_mode_from_step else "completion"
 
     @property
     def sampled_tokens(self) -> int:

@@ -16,7 +16,7 @@ Every check compares one logged metric per step with a threshold from `report.di
 | truncation | truncated_ratio | value > truncated_ratio_max (completions hit max_new_tokens without EOS) |
 | entropy collapse | entropy | value < entropy_min |
 | prompt loss | prompt_loss_share | value > prompt_loss_share_max (loss on prompt tokens: a wrong loss mask, H02) |
-| environment loss | env_loss_share | value > env_loss_share_max (loss on a multi-turn episode's environment tokens, H02) |
+| environment loss | episode/env_trained_share (else env_loss_share) | value > env_loss_share_max (loss on tokens no policy segment of a multi-turn episode holds, H02; checked against the episodes' segments where logged) |
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import pandas as pd
 from prefpipe.grpo.metric_names import (
     ENTROPY,
     ENV_LOSS_SHARE,
+    EPISODE_ENV_TRAINED_SHARE,
     FRAC_REWARD_ZERO_STD,
     GRAD_NORM,
     KL_MEAN,
@@ -98,13 +99,19 @@ def _recorded(frame: pd.DataFrame, metric: str) -> bool:
     return metric in frame and frame[metric].notna().any()
 
 
+def _env_metric(frame: pd.DataFrame) -> str:
+    """What trained against the episodes' segments where a multi-turn run logged it, else the loss mask's share."""
+    return EPISODE_ENV_TRAINED_SHARE if _recorded(frame, EPISODE_ENV_TRAINED_SHARE) else ENV_LOSS_SHARE
+
+
 Check = tuple[
     str, str, str, Callable[[int, float, pd.Series], bool]
 ]  # name, metric, rule text, bad(i, v, history)
 
 
-def _checks(t: Thresholds, kl: str) -> list[Check]:
-    """Every threshold check, in the order the report lists them (`kl`: the KL column the run recorded)."""
+def _checks(t: Thresholds, kl: str, env: str = ENV_LOSS_SHARE) -> list[Check]:
+    """Every threshold check, in the order the report lists them (`kl`: the KL column the run recorded; `env`:
+    the environment-loss column it recorded)."""
     w = t.baseline_window
 
     def kl_spike(_: int, value: float, history: pd.Series) -> bool:
@@ -154,11 +161,11 @@ def _checks(t: Thresholds, kl: str) -> list[Check]:
             lambda _i, v, _h: v > t.truncated_ratio_max,
         ),
         ("entropy collapse", ENTROPY, f"< {t.entropy_min:g}", lambda _i, v, _h: v < t.entropy_min),
-        *_mask_checks(t),
+        *_mask_checks(t, env),
     ]
 
 
-def _mask_checks(t: Thresholds) -> list[Check]:
+def _mask_checks(t: Thresholds, env: str) -> list[Check]:
     """Loss on tokens the policy did not write (H02): the prompt's, or a multi-turn episode's environment's."""
     return [
         (
@@ -169,7 +176,7 @@ def _mask_checks(t: Thresholds) -> list[Check]:
         ),
         (
             "environment loss",
-            ENV_LOSS_SHARE,
+            env,
             f"> {t.env_loss_share_max:g} of loss tokens written by the environment",
             lambda _i, v, _h: v > t.env_loss_share_max,
         ),
@@ -182,7 +189,7 @@ def check_run(
     """The checks (all, or those named in `only`) for one run's metrics (canonical columns)."""
     frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
     flags = [nonfinite_flag(run, frame)] if only is None or "non-finite" in only else []
-    for name, metric, rule, bad in _checks(t, _kl_metric(frame)):
+    for name, metric, rule, bad in _checks(t, _kl_metric(frame), _env_metric(frame)):
         if only is not None and name not in only:
             continue
         if not _recorded(frame, metric):

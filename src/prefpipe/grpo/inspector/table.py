@@ -180,7 +180,7 @@ def step_table(
 ) -> StepTable:
     """Recompute the step's first-pass loss token by token with the trainer's own functions."""
     spans = loss_spans(
-        rollout, settings.mask_mode, settings.mask_truncated_completions, settings.micro_batch_size
+        rollout, settings.mask_mode_at(step), settings.mask_truncated_completions, settings.micro_batch_size
     )
     n = rollout.completion_ids.shape[0]
     norms = BatchNorms(n, sum(int(sp.mask.sum()) for sp in spans), len(spans), settings.sampled_tokens)

@@ -9,6 +9,7 @@ uninterrupted one. This module holds the loop: resume, checkpoints, stop signals
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -162,9 +163,12 @@ class GRPOTrainer:
         return batch, {**metrics, **episode_metrics}
 
     # ------------------------------------------------------------------------------------------ update
-    def _update(self, batch: StepBatch, clock: PhaseClock | None = None) -> dict[str, float]:
+    def _update(self, batch: StepBatch, clock: PhaseClock | None = None, step: int = 0) -> dict[str, float]:
+        """The step's update under its loss mask (GrpoSettings.mask_mode_at); for episodes, what trained
+        checked against the episodes' own segments."""
+        settings = dataclasses.replace(self.settings, mask_mode=self.settings.mask_mode_at(step))
         learner = Learner(
-            self.settings,
+            settings,
             self.policy,
             self.optimizer,
             self.params,
@@ -173,7 +177,10 @@ class GRPOTrainer:
             self.device,
             clock,
         )
-        return update(learner, batch)
+        metrics = update(learner, batch)
+        if self.episodes is not None:
+            metrics.update(self.episodes.audit(batch.rollout, settings))
+        return metrics
 
     def _save_inspection(self, step: int, batch: StepBatch) -> None:
         meta = {"run": self.settings.run, "lora_state": self.lora_state, "policy_source": self.policy_source}
@@ -300,7 +307,7 @@ class GRPOTrainer:
         batch, metrics = self._rollout(step, clock)
         if step in self.settings.inspect_steps and self.dp.is_main:
             self._save_inspection(step, batch)
-        metrics.update(self._update(batch, clock))
+        metrics.update(self._update(batch, clock, step))
         with clock.phase("sync"):  # the next rollout samples the updated policy
             metrics.update(self.engine.sync(self.policy, step))
         step_time = time.perf_counter() - t0

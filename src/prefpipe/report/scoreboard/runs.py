@@ -5,7 +5,8 @@ decoding, eval_policy's summary) and whether the run hacked its reward model (th
 Hacked: the reward model prefers the trained policy's answer on more than half of the held-out prompts (the
 Wilson interval of its win rate lies above 50%) while the verifier's accuracy did not improve (its interval is
 not above 0): the hacking table's "high win rate with no verifier gain". Runs evaluated without a reward model
-have no win rate: "no RM"."""
+have no win rate: "no RM". Multi-turn runs are left to their own board (scoreboard/episodes.py), where the
+answer length and reward-model columns, which do not apply to episodes, are not shown."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prefpipe.grpo import metric_names as gm
 from prefpipe.report.document import Board, Cell
 from prefpipe.report.scoreboard.marks import side_mark
 from prefpipe.report.sections import Context, hacking, policy
+from prefpipe.report.sections.episodes import episode_runs
 from prefpipe.report.stats import NA, as_float, pct, pts
 
 NO_RM = "no RM"
@@ -76,7 +78,8 @@ def ordered_decodings(found: list[list[str]]) -> list[str]:
 
 
 def board(ctx: Context) -> Board | None:
-    runs = {run: changes(ctx, run) for run in ctx.runs}
+    multi_turn = set(episode_runs(ctx))  # their own board (scoreboard/episodes.py)
+    runs = {run: changes(ctx, run) for run in ctx.runs if run not in multi_turn}
     runs = {run: found for run, found in runs.items() if found}
     if not runs:
         return None

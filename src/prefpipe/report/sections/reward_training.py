@@ -41,7 +41,11 @@ def training_figures(
     return blocks
 
 
-TITLES = {"reward_training": "Reward-model training", "grpo": "GRPO training"}
+TITLES = {
+    "reward_training": "Reward-model training",
+    "grpo": "GRPO training",
+    "episodes": "Multi-turn training episodes",
+}
 
 
 def panels(ctx: Context, metrics, group: list[str], key: str, spec) -> tuple[list, list[str]]:
