@@ -87,7 +87,13 @@ def test_sampler_weights_scale_the_surrogate_only():
     w = torch.tensor([[0.5, 1.0, 3.0], [2.0, 0.1, 1.0]])
     norms = BatchNorms(2, 6, 1, 3)
     kw = dict(
-        loss_type="dapo", eps_low=0.2, eps_high=0.28, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None
+        loss_type="dapo",
+        eps_low=0.2,
+        eps_high=0.28,
+        ref_logp=ref,
+        kl_estimator="k3",
+        log_ratio_clamp=None,
+        objective="ppo_clip",
     )
     out = grpo_loss(logp, logp.detach(), adv, mask, norms, beta=0.1, sampler_weights=w, **kw)
     # rho = 1 (old = logp detached): the surrogate per token is -A; k3 by hand
