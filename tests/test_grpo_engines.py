@@ -71,7 +71,7 @@ def test_truncated_importance_weights_and_gap_metrics():
     assert importance_weights(old, engine, mask, "none", 3.0) is None
     capped = importance_weights(old, engine - 5.0, mask, "token_truncate", 3.0)
     assert float(capped[mask.bool()].max()) == 3.0
-    m = gap_metrics(old, engine, mask, 3.0, DataParallel())
+    m = gap_metrics(old, engine, mask, "token_truncate", 3.0, DataParallel())
     assert m["engine_logprob_gap_mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 2.5 + 0.1) / 5)
     assert m["engine_logprob_gap_max"] == pytest.approx(2.5)
     assert m["is_weight_mean"] == pytest.approx(float(expected[mask.bool()].mean()), rel=1e-6)

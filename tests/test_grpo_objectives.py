@@ -19,7 +19,7 @@ from prefpipe.grpo.algorithm.objectives import OBJECTIVES
 from prefpipe.grpo.algorithm.spans import loss_spans, plain_span
 from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, micro_batch_loss, update
 from prefpipe.grpo.data_parallel import DataParallel
-from prefpipe.grpo.rollout.engines.correction import CORRECTIONS, importance_weights
+from prefpipe.grpo.rollout.engines.correction import CORRECTIONS, gap_metrics, importance_weights
 from prefpipe.grpo.rollout.episodes.episode import POLICY
 
 # three rows of lengths 4, 2, 3 (T = 4); row 0 moved up, row 1 down, row 2 barely
@@ -146,16 +146,16 @@ RATIO_MASK = [[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 0]]
 CAP = 3.0
 
 
-def _hand_weights(mode: str) -> list[list[float]]:
+def _hand_weights(mode: str, cap: float = CAP) -> list[list[float]]:
     out = []
     for row, on in zip(LOG_RHO, RATIO_MASK, strict=True):
         rho = [math.exp(x) for x in row]
         prod = math.exp(sum(x for x, m in zip(row, on, strict=True) if m))
         per = {
-            "token_truncate": [min(r, CAP) for r in rho],
-            "token_mask": [r if r <= CAP else 0.0 for r in rho],
-            "sequence_truncate": [min(prod, CAP)] * 3,
-            "sequence_mask": [prod if prod <= CAP else 0.0] * 3,
+            "token_truncate": [min(r, cap) for r in rho],
+            "token_mask": [r if r <= cap else 0.0 for r in rho],
+            "sequence_truncate": [min(prod, cap)] * 3,
+            "sequence_mask": [prod if prod <= cap else 0.0] * 3,
         }[mode]
         out.append([w if m else 1.0 for w, m in zip(per, on, strict=True)])
     return out
@@ -178,6 +178,18 @@ def test_sequence_mask_drops_exactly_the_sequences_over_the_cap():
     assert dropped == [False, False, True, False]
     assert all(bool((w[i] > 0).all()) for i in (0, 1, 3))
     assert set(CORRECTIONS) == {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"}
+
+
+@pytest.mark.parametrize(("mode", "cap", "changed"), [("token_truncate", 2.0, 1), ("sequence_mask", 3.0, 2)])
+def test_the_logged_weights_are_the_corrections_own(mode, cap, changed):
+    """is_weight_mean / is_truncated_ratio over the 10 policy tokens: token_truncate at 2 caps one token (row 2's
+    e^0.9), sequence_mask at 3 drops row 2 (its 2 policy tokens)."""
+    old = torch.full((4, 3), -1.0)
+    m = gap_metrics(old, old - torch.tensor(LOG_RHO), torch.tensor(RATIO_MASK), mode, cap, DataParallel())
+    weights = _hand_weights(mode, cap)
+    hand = [w for ws, on in zip(weights, RATIO_MASK, strict=True) for w, k in zip(ws, on, strict=True) if k]
+    assert m["is_weight_mean"] == pytest.approx(sum(hand) / len(hand), rel=1e-6)
+    assert m["is_truncated_ratio"] == pytest.approx(changed / 10)
 
 
 @pytest.mark.parametrize("mask_mode", ["completion", "with_environment"])

@@ -329,7 +329,12 @@ def _metrics(
     if batch.rollout.sampler_logprobs is not None:  # engine vs trainer log-probs at the rollout weights
         metrics.update(
             correction.gap_metrics(
-                first.logp, batch.rollout.sampler_logprobs, comp_mask, s.rollout.importance_cap, dp
+                first.logp,
+                batch.rollout.sampler_logprobs,
+                comp_mask,
+                s.rollout.importance_correction,
+                s.rollout.importance_cap,
+                dp,
             )
         )
     if first.ref is not None:  # KL diagnostics over every process's loss tokens

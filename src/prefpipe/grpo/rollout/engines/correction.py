@@ -19,6 +19,7 @@ else the current pass's log-probs detached (the same weights on the first pass).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -96,16 +97,22 @@ def importance_weights(
 
 
 def gap_metrics(
-    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float, dp: DataParallel
+    trainer_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap: float,
+    dp: DataParallel,
 ) -> dict[str, float]:
-    """|log pi_trainer - log pi_engine| over loss tokens (mean, max), the mean untruncated-then-capped weight
-    and the share of tokens the cap bites, over every process's rows."""
+    """|log pi_trainer - log pi_engine| over the policy's loss tokens `mask` (mean, max), the mean weight the
+    correction `mode` gives them (`none`: what token_truncate would give) and the share of them whose weight the
+    cap changed (capped, or masked to 0), over every process's rows."""
     on = mask.bool()
+    mode = "token_truncate" if mode == "none" else mode
     gap = torch.where(on, (trainer_logp - sampler_logp.to(trainer_logp.dtype)).abs(), 0.0)
-    raw = torch.exp(torch.where(on, trainer_logp - sampler_logp.to(trainer_logp.dtype), 0.0))
-    sums = dp.sum(
-        torch.stack([gap.sum(), (raw.clamp(max=cap) * on).sum(), ((raw > cap) & on).sum(), on.sum()]).double()
-    )
+    w = importance_weights(trainer_logp, sampler_logp, mask, mode, cap)
+    raw = importance_weights(trainer_logp, sampler_logp, mask, mode, math.inf)
+    sums = dp.sum(torch.stack([gap.sum(), (w * on).sum(), ((w != raw) & on).sum(), on.sum()]).double())
     tokens = float(sums[3].clamp(min=1.0))
     return {
         GAP_MEAN: float(sums[0]) / tokens,
