@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.episodes import DEMOS, demo_ids
+from support.episodes import built_episodes
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings, report_settings
 
-from prefpipe.generation.tokens import tokenize_prompts
 from prefpipe.grpo.algorithm.advantages import group_advantages
 from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.algorithm.reference import build_reference
@@ -21,7 +20,7 @@ from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, updat
 from prefpipe.grpo.analyses.health import check_run
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.metric_names import ENV_LOSS_SHARE, PROMPT_LOSS_SHARE
-from prefpipe.grpo.rollout.episodes.episode import ENVIRONMENT, POLICY, Episode, episode_rollout
+from prefpipe.grpo.rollout.episodes.episode import ENVIRONMENT, POLICY
 
 G = 2
 
@@ -32,19 +31,7 @@ def tok():
 
 
 def built(tok):
-    """Two prompts x G episodes, each search -> result -> answer (results from the real search environment);
-    the second row of a group searches the other demo's query, so rows differ and lengths differ."""
-    prompts, episodes = [p for p, _ in DEMOS], []
-    for i, (prompt, turns) in enumerate(DEMOS):
-        other = DEMOS[1 - i][1][0]
-        for t in (turns, [other, "<answer>dog</answer>"]):
-            _, ids, owners = demo_ids(tok, prompt, t)
-            ep = Episode()
-            for token, owner in zip(ids, owners, strict=True):
-                ep.add(owner, [token])
-            episodes.append(ep)
-    batch = tokenize_prompts(tok, prompts, None)
-    return episode_rollout(tok, batch, G, episodes, tok.pad_token_id, torch.device("cpu")), episodes
+    return built_episodes(tok, G)
 
 
 def logit_grads(model, reference, rollout, mask_mode: str, micro: int) -> dict[tuple[int, int], torch.Tensor]:
@@ -70,7 +57,8 @@ def logit_grads(model, reference, rollout, mask_mode: str, micro: int) -> dict[t
             with torch.no_grad():
                 ref, _ = mb.logprobs(reference, 1.0)
             out = grpo_loss(logp, logp.detach(), adv[mb.rows], mb.mask, norms, loss_type="dapo", eps_low=0.2,
-                            eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None)  # fmt: skip
+                            eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None,
+                            objective="ppo_clip")  # fmt: skip
             out.loss.backward()
             logits = kept.pop()
             assert logits.shape[1] == sp.n_scored + 1  # logits_to_keep: the last one predicts nothing

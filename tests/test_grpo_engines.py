@@ -71,7 +71,7 @@ def test_truncated_importance_weights_and_gap_metrics():
     assert importance_weights(old, engine, mask, "none", 3.0) is None
     capped = importance_weights(old, engine - 5.0, mask, "token_truncate", 3.0)
     assert float(capped[mask.bool()].max()) == 3.0
-    m = gap_metrics(old, engine, mask, 3.0, DataParallel())
+    m = gap_metrics(old, engine, mask, "token_truncate", 3.0, DataParallel())
     assert m["engine_logprob_gap_mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 2.5 + 0.1) / 5)
     assert m["engine_logprob_gap_max"] == pytest.approx(2.5)
     assert m["is_weight_mean"] == pytest.approx(float(expected[mask.bool()].mean()), rel=1e-6)
@@ -87,7 +87,13 @@ def test_sampler_weights_scale_the_surrogate_only():
     w = torch.tensor([[0.5, 1.0, 3.0], [2.0, 0.1, 1.0]])
     norms = BatchNorms(2, 6, 1, 3)
     kw = dict(
-        loss_type="dapo", eps_low=0.2, eps_high=0.28, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None
+        loss_type="dapo",
+        eps_low=0.2,
+        eps_high=0.28,
+        ref_logp=ref,
+        kl_estimator="k3",
+        log_ratio_clamp=None,
+        objective="ppo_clip",
     )
     out = grpo_loss(logp, logp.detach(), adv, mask, norms, beta=0.1, sampler_weights=w, **kw)
     # rho = 1 (old = logp detached): the surrogate per token is -A; k3 by hand

@@ -157,6 +157,7 @@ def test_unpadded_micro_batches_give_the_padded_losses_and_gradients(model, tok,
             out = grpo_loss(
                 logp, logp.detach() - 0.01, adv[mb.rows], mb.mask, norms, loss_type=loss_type,
                 eps_low=0.2, eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=20.0,
+                objective="ppo_clip",
             )  # fmt: skip
             out.loss.backward()
             losses.append(out.loss.detach())

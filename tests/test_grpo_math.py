@@ -10,7 +10,8 @@ import torch
 from support.settings import grpo_settings
 
 from prefpipe.grpo.algorithm.advantages import group_advantages
-from prefpipe.grpo.algorithm.losses import BatchNorms, aggregate, clipped_surrogate, grpo_loss
+from prefpipe.grpo.algorithm.losses import BatchNorms, aggregate, grpo_loss
+from prefpipe.grpo.algorithm.objectives import ObjectiveInputs, ppo_clip
 from prefpipe.grpo.kl import kl_from_log_ratio, masked_log_ratio, per_token_kl
 
 # ------------------------------------------------------------------------------------------ advantages
@@ -148,6 +149,7 @@ SURROGATE_ONLY = {
     "ref_logp": None,
     "kl_estimator": "k3",
     "log_ratio_clamp": None,
+    "objective": "ppo_clip",
 }
 
 
@@ -186,6 +188,7 @@ def test_aggregations_match_explicit_loops(mode):
         ref_logp=ref,
         kl_estimator="k3",
         log_ratio_clamp=None,
+        objective="ppo_clip",
     )
     assert float(out.loss) == pytest.approx(want, rel=1e-5)
 
@@ -222,7 +225,9 @@ def test_clip_indicators_follow_the_sign_of_the_advantage():
     logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 1.5]]).repeat(2, 1))
     old = torch.zeros_like(logp)
     mask = torch.ones_like(logp)
-    per_token, clip = clipped_surrogate(logp, old, torch.tensor([1.0, -1.0]), mask, 0.2, 0.28)
+    per_token, clip = ppo_clip(
+        ObjectiveInputs(logp, old, torch.tensor([1.0, -1.0]), mask, mask, 0.2, 0.28, None)
+    )
     # A > 0: ratio 1.5 > 1.28 is clipped (high); A < 0: ratio 0.5 < 0.8 is clipped (low)
     assert clip["high"].tolist() == [[True, False, False, True], [False, False, False, False]]
     assert clip["low"].tolist() == [[False, False, False, False], [False, True, False, False]]

@@ -20,6 +20,7 @@ from prefpipe.active.select import ACQUISITIONS
 from prefpipe.common.config import ConfigError
 from prefpipe.grpo.algorithm.advantages import SCALE_MODES
 from prefpipe.grpo.algorithm.losses import AGGREGATORS
+from prefpipe.grpo.algorithm.objectives import OBJECTIVES
 from prefpipe.grpo.algorithm.reference import REFERENCE_MODES
 from prefpipe.grpo.algorithm.spans import MASK_MODES
 from prefpipe.grpo.kl import ESTIMATORS
@@ -36,6 +37,7 @@ NAME_LIST = re.compile(r"\b\w+(?:\s*[|,]\s*\w+)+")  # "bt | gpm | bgpm", "verifi
 # (schema file, property path below `properties`/`$defs` as dotted keys, registry)
 PAIRS = [
     ("grpo.schema.yaml", "importance_correction", CORRECTIONS),
+    ("grpo.schema.yaml", "policy_objective", OBJECTIVES),
     ("grpo.schema.yaml", "kl_estimator", ESTIMATORS),
     ("grpo.schema.yaml", "scale_rewards", SCALE_MODES),
     ("grpo.schema.yaml", "mask_mode", MASK_MODES),

@@ -8,8 +8,10 @@ import torch
 
 from prefpipe.common.chat import format_prompt
 from prefpipe.common.io import write_jsonl
+from prefpipe.generation.tokens import tokenize_prompts
 from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
+from prefpipe.grpo.rollout.episodes.episode import Episode, episode_rollout
 from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, TagFormat
 from prefpipe.grpo.rollout.sampling import pick_tokens
 from support.models import chat_tokenizer, tiny_llama
@@ -64,6 +66,22 @@ def demo_ids(tok, prompt: str, turns: list[str]) -> tuple[list[int], list[int], 
             ids += result
             owners += ["environment"] * len(result)
     return prompt_ids, ids, owners
+
+
+def built_episodes(tok, group: int):
+    """(rollout, episodes): two prompts x `group` episodes, each search -> result -> answer (results from the real
+    search environment); the second row of a group searches the other demo's query, so rows and lengths differ."""
+    prompts, episodes = [p for p, _ in DEMOS], []
+    for i, (prompt, turns) in enumerate(DEMOS):
+        other = DEMOS[1 - i][1][0]
+        for t in (turns, [other, "<answer>dog</answer>"])[:group]:
+            _, ids, owners = demo_ids(tok, prompt, t)
+            ep = Episode()
+            for token, owner in zip(ids, owners, strict=True):
+                ep.add(owner, [token])
+            episodes.append(ep)
+    batch = tokenize_prompts(tok, prompts, None)
+    return episode_rollout(tok, batch, group, episodes, tok.pad_token_id, torch.device("cpu")), episodes
 
 
 def teach(model, tok, steps: int = 300, lr: float = 3e-3) -> torch.nn.Module:

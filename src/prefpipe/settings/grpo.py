@@ -32,7 +32,7 @@ class RolloutSettings:
     engine: str  # plain | vllm
     gpu_memory_utilization: float  # vllm on CUDA only
     cpu_kv_cache_gib: float  # vllm on CPU only
-    importance_correction: str  # none | token_truncate
+    importance_correction: str  # a registered correction (grpo/rollout/engines/correction.py)
     importance_cap: float
     sync_tolerance: float
     # plain engine: torch.compile mode of the decode step (grpo/rollout/fast/static_decode.py COMPILE_MODES)
@@ -102,6 +102,7 @@ class GrpoSettings(RunSettings):
     beta: float
     kl_estimator: str
     log_ratio_clamp: float | None
+    policy_objective: str  # ppo_clip | gspo | cispo (grpo/algorithm/objectives.py)
     loss_type: str
     scale_rewards: str
     advantage_eps: float

@@ -1,5 +1,5 @@
-"""The GRPO objective: PPO-style clipped surrogate per token, optional KL penalty, then one of four
-ways to turn per-token losses into a scalar.
+"""The GRPO loss: the policy objective per token (grpo.policy_objective, grpo/algorithm/objectives.py), an
+optional KL penalty, then one of four ways to turn per-token losses into a scalar.
 
 Aggregations (B = sequences, T_i = loss tokens of sequence i; with gradient accumulation the normalisers
 cover the WHOLE accumulated batch, so the per-micro-batch losses simply add up):
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from prefpipe.common.registry import registrar
-from prefpipe.grpo.kl import masked_log_ratio, per_token_kl
+from prefpipe.grpo.algorithm.objectives import ObjectiveInputs, objective_loss
+from prefpipe.grpo.kl import per_token_kl
 from prefpipe.settings.grpo import no_kl_term
 
 
@@ -30,32 +31,6 @@ class BatchNorms:
     num_tokens: int
     num_micro_batches: int
     max_completion_length: int
-
-
-def clipped_surrogate(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    clamp: float | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A) and boolean clip indicators.
-
-    A token is "low-clipped" when rho < 1-eps_low with A < 0 and "high-clipped" when rho > 1+eps_high with
-    A > 0: exactly the cases where the clipped term wins and the token gets no gradient.
-    """
-    # log(pi / pi_old): kl.masked_log_ratio with pi in the numerator, zero off the mask before the exp
-    ratio = torch.exp(masked_log_ratio(old_logp, logp, mask, clamp))
-    adv = advantages.float()[:, None]
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
-    per_token = -torch.minimum(unclipped, clipped)
-    on = mask.bool()
-    low = (ratio < 1.0 - eps_low) & (adv < 0) & on
-    high = (ratio > 1.0 + eps_high) & (adv > 0) & on
-    return per_token, {"ratio": ratio.detach(), "low": low, "high": high}
 
 
 Aggregation = Callable[[torch.Tensor, torch.Tensor, BatchNorms], torch.Tensor]
@@ -104,7 +79,7 @@ class TokenLoss:
     per_token: torch.Tensor  # l_t (gradient flows)
     surrogate: torch.Tensor  # w_t * surrogate_t
     kl: torch.Tensor | None  # KL_t (before beta); None when beta == 0
-    clip: dict[str, torch.Tensor]  # ratio, low, high (clipped_surrogate)
+    clip: dict[str, torch.Tensor]  # ratio, low, high (objectives.py)
     sampler_weights: torch.Tensor | None  # w_t; None: the policy sampled itself (w_t = 1)
 
 
@@ -130,12 +105,25 @@ def per_token_loss(
     ref_logp: torch.Tensor | None,
     kl_estimator: str,
     log_ratio_clamp: float | None,
+    objective: str,
+    ratio_mask: torch.Tensor | None = None,
     sampler_weights: torch.Tensor | None = None,
 ) -> TokenLoss:
-    """Clipped surrogate + beta * per-token KL; ref_logp is required iff beta != 0. `sampler_weights`
-    (detached, per token) weight the surrogate for a separate sampling engine's mismatch
-    (grpo/rollout/engines/correction.py; the KL term is not weighted)."""
-    surrogate, clip = clipped_surrogate(logp, old_logp, advantages, mask, eps_low, eps_high, log_ratio_clamp)
+    """The policy objective + beta * per-token KL; ref_logp is required iff beta != 0. `ratio_mask`: the tokens
+    of a sequence-level ratio (the policy's own; None: the loss mask). `sampler_weights` (detached, per token)
+    weight the objective for a separate sampling engine's mismatch (grpo/rollout/engines/correction.py; the KL
+    term is not weighted)."""
+    inputs = ObjectiveInputs(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        mask if ratio_mask is None else ratio_mask,
+        eps_low,
+        eps_high,
+        log_ratio_clamp,
+    )
+    surrogate, clip = objective_loss(objective, inputs)
     if sampler_weights is not None:
         surrogate = surrogate * sampler_weights
     per_token, kl = surrogate, None

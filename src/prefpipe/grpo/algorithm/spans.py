@@ -60,6 +60,18 @@ def completion_loss_mask(
     return mask
 
 
+def ratio_mask(rollout: Rollout, mb, mask_truncated: bool) -> torch.Tensor:
+    """The policy's own loss tokens of a micro-batch `mb` (a PackedSpan or SharedPromptSpan), in its mask's
+    layout: the sequence a sequence-level ratio or importance weight runs over. Never a prompt position nor an
+    environment token, whatever mask_mode trains."""
+    out = torch.zeros_like(mb.mask)
+    c = mb.span.n_completion
+    if c:
+        comp = completion_loss_mask(rollout, mask_truncated)
+        out[:, -c:] = comp[mb.rows.to(comp.device), :c].to(out.device, out.dtype)
+    return out
+
+
 def loss_spans(rollout: Rollout, mask_mode: str, mask_truncated: bool, micro_batch_size: int) -> list[Span]:
     """The scored micro-batches of a step; a micro-batch without any loss token is left out."""
     if mask_mode not in MASK_MODES:

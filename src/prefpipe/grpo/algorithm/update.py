@@ -30,6 +30,7 @@ from prefpipe.grpo.algorithm.spans import (
     environment_loss_tokens,
     loss_spans,
     plain_span,
+    ratio_mask,
 )
 from prefpipe.grpo.data_parallel import DataParallel
 from prefpipe.grpo.metric_names import (
@@ -181,14 +182,14 @@ def _iteration(
 
 
 def _sampler_weights(
-    s: GrpoSettings, rollout: Rollout, mb: MicroBatch, old: torch.Tensor
+    s: GrpoSettings, rollout: Rollout, mb: MicroBatch, old: torch.Tensor, policy_tokens: torch.Tensor
 ) -> torch.Tensor | None:
-    """Truncated importance weights for a separate sampling engine's mismatch (None: the policy sampled)."""
+    """Importance weights for a separate sampling engine's mismatch (None: the policy sampled)."""
     if rollout.sampler_logprobs is None:
         return None
     sampler = correction.span_sampler_logprobs(mb, rollout.sampler_logprobs, old)
     return correction.importance_weights(
-        old, sampler, mb.mask, s.rollout.importance_correction, s.rollout.importance_cap
+        old, sampler, policy_tokens, s.rollout.importance_correction, s.rollout.importance_cap
     )
 
 
@@ -200,8 +201,10 @@ def micro_batch_loss(
     advantages: torch.Tensor,
 ) -> TokenLoss:
     """The trainer's per-token loss of one micro-batch from (log pi, log pi_old, log pi_ref): the configured
-    surrogate and KL, weighted for a sampling engine's mismatch. The one-step inspector calls it too."""
+    policy objective and KL, weighted for a sampling engine's mismatch; sequence-level ratios and weights run
+    over the policy's own tokens. The one-step inspector calls it too."""
     logp, old, ref_logp = logprobs
+    policy_tokens = ratio_mask(rollout, mb, s.mask_truncated_completions)
     return per_token_loss(
         logp,
         old,
@@ -213,7 +216,9 @@ def micro_batch_loss(
         ref_logp=ref_logp,
         kl_estimator=s.kl_estimator,
         log_ratio_clamp=s.log_ratio_clamp,
-        sampler_weights=_sampler_weights(s, rollout, mb, old),
+        objective=s.policy_objective,
+        ratio_mask=policy_tokens,
+        sampler_weights=_sampler_weights(s, rollout, mb, old, policy_tokens),
     )
 
 
@@ -324,7 +329,12 @@ def _metrics(
     if batch.rollout.sampler_logprobs is not None:  # engine vs trainer log-probs at the rollout weights
         metrics.update(
             correction.gap_metrics(
-                first.logp, batch.rollout.sampler_logprobs, comp_mask, s.rollout.importance_cap, dp
+                first.logp,
+                batch.rollout.sampler_logprobs,
+                comp_mask,
+                s.rollout.importance_correction,
+                s.rollout.importance_cap,
+                dp,
             )
         )
     if first.ref is not None:  # KL diagnostics over every process's loss tokens
