@@ -55,15 +55,12 @@ def test_every_derived_variant_is_the_fixes_meaning():
 
 
 def test_an_overlay_variant_of_a_derived_name_is_merged_over_it():
-    settings = pipeline(
-        {"reward": {"variants": {"bgpm-fix-prior": {"seed": 7, "head": {"bayes": {"mc_samples": 8}}}}}}
-    )
+    overlay = {"seed": 7, "head": {"bayes": {"logvar_clamp": [-6.0, 2.0]}}}
+    settings = pipeline({"reward": {"variants": {"bgpm-fix-prior": overlay}}})
     fixed_prior = {**BROKEN, "prior_variance": 10.0}
     assert _bayes(settings, "bgpm-fix-prior") == fixed_prior
-    assert (
-        settings.reward["bgpm-fix-prior"].seed == 7
-        and settings.reward["bgpm-fix-prior"].head.bayes.mc_samples == 8
-    )
+    variant = settings.reward["bgpm-fix-prior"]
+    assert variant.seed == 7 and tuple(variant.head.bayes.logvar_clamp) == (-6.0, 2.0)
 
 
 def test_a_fix_is_refused_without_its_meaning_or_with_an_unknown_key():

@@ -1,13 +1,17 @@
 """The report's multi-turn section and scoreboard board on a results tree with one multi-turn run beside the
 single-turn ones: the before/after table and the board show eval_policy's figures (read back from report.md
 and compared number by number), the diagnostics table's first and last steps are the metrics' means and the
-wrong mask's row fires at the step it starts; a tree without episodes has no such section or board."""
+wrong mask's row fires at the step it starts; a tree without episodes has no such section or board; a comparison
+of trees gives the multi-turn run its own board as mean ± sd over the trees."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from support.episode_tree import (
+    MEASURES,
     NUMBER,
+    at_path,
     check_paired_table,
     episode_metrics,
     scoreboard_row,
@@ -15,8 +19,10 @@ from support.episode_tree import (
 )
 from support.markdown_tables import tables, texts
 from support.results_tree import QUALITY, RUNS, report_markdown, write_results_tree
+from support.settings import report_settings
 
 from prefpipe.report.inputs import Manifest
+from prefpipe.report.write import build
 
 RUN, STEPS, WRONG_FROM = "search", 10, 6
 TITLE = "GRPO with tools: multi-turn episodes"
@@ -94,3 +100,45 @@ def test_a_tree_without_episodes_has_no_multi_turn_section_or_board(tmp_path):
     md = _build(tmp_path, with_episodes=False)
     assert TITLE not in md
     assert not [t for t in tables(md) if t.header[:2] == ["Run", "Exact match, greedy [95%]"]]
+
+
+def test_a_comparison_gives_multi_turn_runs_their_own_board_as_mean_and_sd_over_the_trees(tmp_path):
+    """Three seeds' trees, each with the multi-turn run (its trained figures scaled per seed): the comparison's
+    multi-turn board shows, per column, the mean ± sample sd over the trees of the summaries' trained - base
+    (read back from report.md); the single-turn board keeps its own runs only and the multi-turn board has no
+    answer-length or hacking column."""
+    trees, summaries = [], []
+    for seed, scale in ((0, 1.0), (1, 0.9), (2, 0.7)):
+        root = tmp_path / f"seed-{seed}"
+        write_results_tree(root, seed=seed, reward_steps=3, grpo_steps=4, experiment="seeds")
+        summaries.append(write_episode_run(root, RUN, STEPS, WRONG_FROM, scale=scale, tree=("seeds", seed)))
+        trees.append(root)
+    compare = {f"seed-{i}": str(t) for i, t in enumerate(trees[1:], start=1)}
+    cfg = report_settings({"figure_dpi": 50, "compare": compare}, experiment="seeds", seed=0)
+    build(cfg, trees[0], tmp_path / "report", Manifest.standard(list(QUALITY), [*RUNS, RUN], []))
+    md = (tmp_path / "report" / "report.md").read_text()
+    (board,) = [t for t in tables(md) if t.header[:2] == ["Run", "Exact match, greedy"]]
+    assert [r[0] for r in board.rows] == [RUN]
+    row = dict(zip(board.header, board.rows[0], strict=True))
+    columns = {f"Exact match, {d}": (d, "exact match") for d in ("greedy", "sampled")}
+    columns |= {f"{m[0].upper()}{m[1:]}, primary": ("greedy", m) for m in MEASURES if m != "exact match"}
+    assert list(row) == ["Run", *columns]  # no answer-length or hacking column
+    for column, (decoding, measure) in columns.items():
+        share = MEASURES[measure][2]
+        deltas = [at_path(s["decodings"][decoding], MEASURES[measure][1])["delta"] for s in summaries]
+        scale = 100 if share else 1
+        mean, sd = scale * np.mean(deltas), scale * np.std(deltas, ddof=1)
+        shown = [float(x) for x in NUMBER.findall(row[column])]
+        assert _close(shown, [mean, sd, 3], 0.05 if share else 0.0005), (column, row[column], mean, sd)
+    assert len({round(d, 6) for d in deltas}) == 3  # the trees differ: the sd is not 0 by construction
+    # marked only where every tree's interval lies above 0 (greedy: each tree's [delta - 0.1, delta + 0.05] with
+    # delta >= 0.15); sampled at scale 0.7 straddles 0; tool calls are never marked
+    marks = {c: row[c].split(" ")[0] for c in ("Exact match, greedy", "Exact match, sampled")}
+    assert marks == {"Exact match, greedy": "▲", "Exact match, sampled": "≈"}
+    assert row["Tool calls per episode, primary"][0] in "+-"
+    single = [t for t in tables(md) if t.header[:2] == ["Run", "Greedy change"]]
+    assert (
+        single
+        and RUN not in {r[0] for r in single[0].rows}
+        and "gpm-verifier" in {r[0] for r in single[0].rows}
+    )

@@ -12,11 +12,12 @@ import torch
 from support.models import build_reward, save_tiny_base
 from support.settings import reward_settings
 
+from prefpipe.common.expected_sigmoid import gaussian_preference_prob
 from prefpipe.reward.heads.registry import build_head
 from prefpipe.reward.model import HEAD_CONFIG, load_reward_model, save_reward_model
 
 N, DIM = 7, 6
-BAYES = {"kl_warmup_steps": 10, "max_kl_weight": 0.3, "prior_variance": 2.0, "mc_samples": 64}
+BAYES = {"kl_warmup_steps": 10, "max_kl_weight": 0.3, "prior_variance": 2.0}
 
 
 def _settings(head: str, tau: float):
@@ -96,24 +97,40 @@ def test_point_heads_probability_is_sigmoid_of_score_over_their_tau(head):
     torch.testing.assert_close(model.preference_prob(a, b).double(), 1 / (1 + torch.exp(-score / tau)))
 
 
-def test_bayesian_probability_averages_sigmoids_over_its_own_posterior_samples():
-    """The same draws as the head's (one generator, a normal draw per side per sample), averaged by hand."""
-    tau = 0.2
-    settings = _settings("bgpm", tau)
-    model = build_head(settings, 8, 8)
+def _score_variance(a: dict, b: dict, gate: torch.Tensor) -> torch.Tensor:
+    """Var[s] for independent diagonal Gaussians, per block: Var[a0 b1] + Var[a1 b0] (uncorrelated), where
+    Var[x y] = E[x]^2 Var[y] + E[y]^2 Var[x] + Var[x] Var[y]; float64, one loop per block."""
+    ma, va, mb, vb = (enc[k].double() for enc in (a, b) for k in ("mean", "var"))
+    gate = gate.double()
+
+    def product(i: int, j: int) -> torch.Tensor:  # Var[a_i b_j]
+        return ma[:, i] ** 2 * vb[:, j] + mb[:, j] ** 2 * va[:, i] + va[:, i] * vb[:, j]
+
+    return sum(
+        gate[:, k] ** 2 * (product(2 * k, 2 * k + 1) + product(2 * k + 1, 2 * k)) for k in range(DIM // 2)
+    )
+
+
+# sd / tau above 1 (integrated on the logit grid) and below (Gauss-Hermite)
+@pytest.mark.parametrize("var_scale", [1.0, 1e-2])
+def test_bayesian_probability_is_the_expected_sigmoid_over_its_score_posterior(var_scale):
+    """P(a > b) = E[sigmoid(s / tau)] for s ~ N(score of the means, closed-form Var[s]): the head's P is within
+    4 standard errors of a Monte Carlo average over 400,000 draws of s, and the variance really moves it."""
+    tau, draws = 0.2, 400_000
+    model = build_head(_settings("bgpm", tau), 8, 8)
     g = torch.Generator().manual_seed(13)
     a, b = _encoding("bgpm", g, False), _encoding("bgpm", g, False)
-    got = model.preference_prob(a, b, generator=torch.Generator().manual_seed(5))
-    draws = torch.Generator().manual_seed(5)
-    n = settings.bayes.mc_samples
+    a["var"], b["var"] = a["var"] * var_scale, b["var"] * var_scale
+    got = model.preference_prob(a, b)
+    assert got.dtype == torch.float64 and got.shape == (N,)
     gate = (a["gate"] + b["gate"]) / 2
-    total = torch.zeros(N, dtype=torch.float64)
-    for _ in range(n):  # per sample: a's draw, then b's
-        sa = a["mean"] + torch.randn(a["mean"].shape, generator=draws) * a["var"].sqrt()
-        sb = b["mean"] + torch.randn(b["mean"].shape, generator=draws) * b["var"].sqrt()
-        sa, sb = sa / sa.norm(dim=-1, keepdim=True), sb / sb.norm(dim=-1, keepdim=True)
-        total += 1 / (1 + torch.exp(-_score(sa, sb, gate) / tau))
-    torch.testing.assert_close(got.double(), total / n, rtol=1e-5, atol=1e-6)
+    score, var = _score(a["mean"], b["mean"], gate), _score_variance(a, b, gate)
+    s = score[:, None] + var.sqrt()[:, None] * torch.randn(N, draws, generator=g, dtype=torch.float64)
+    f = 1 / (1 + torch.exp(-s / tau))
+    mc, stderr = f.mean(-1), f.std(-1) / math.sqrt(draws)
+    assert ((got - mc).abs() < 4 * stderr).all(), (got - mc) / stderr
+    point = 1 / (1 + torch.exp(-score / tau))
+    assert (got - point).abs().max() > 0.01  # the variance moves P: not the point probability
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +148,21 @@ def test_tau_is_saved_once_and_old_folders_with_two_copies_still_load(tiny_base,
     (folder / HEAD_CONFIG).write_text(json.dumps(saved))
     loaded = load_reward_model(folder)
     assert loaded.tau == loaded.head.tau == 0.25 and math.isclose(settings.head.tau, 0.25)
+
+
+def test_bayesian_folders_saved_with_a_monte_carlo_sample_count_still_load(tiny_base, tmp_path):
+    """Folders saved when a Bayesian head's P was a Monte Carlo average carry head.bayes.mc_samples: it is ignored
+    and the loaded head integrates P like any other."""
+    rm, _ = build_reward(tiny_base, "bgpm")
+    folder = save_reward_model(rm, tmp_path / "model")
+    saved = json.loads((folder / HEAD_CONFIG).read_text())
+    assert "mc_samples" not in saved["head"]["bayes"]
+    saved["head"]["bayes"]["mc_samples"] = 64
+    (folder / HEAD_CONFIG).write_text(json.dumps(saved))
+    loaded = load_reward_model(folder)
+    a, b = loaded.encode(["x", "y"], ["one", "two"], 2), loaded.encode(["x", "y"], ["three", "four"], 2)
+    score, var = loaded.compare(a, b)
+    want = torch.from_numpy(
+        gaussian_preference_prob(score.double().numpy(), var.double().numpy(), loaded.tau)
+    )
+    torch.testing.assert_close(loaded.preference_prob(a, b), want, atol=0, rtol=0)

@@ -18,7 +18,6 @@ from prefpipe.reward.losses import gaussian_kl, kl_beta, kl_mean_term, preferenc
 from prefpipe.reward.scores import (
     gpm_score,
     gpm_score_variance,
-    mc_preference_prob,
     pair_gate,
     probit_preference_prob,
     swap_blocks,
@@ -227,8 +226,9 @@ def test_closed_form_score_variance_matches_monte_carlo():
     torch.testing.assert_close(closed, mc, rtol=0.02, atol=0)
 
 
-def test_monte_carlo_probability_and_probit_approximation():
-    # Zero variance: MC P(a > b) is exactly sigmoid(s / tau).
+def test_bayesian_probability_and_probit_approximation_against_quadrature():
+    """The bgpm head's P(a > b) and the probit formula against E[sigmoid(s / tau)], s ~ N(score, closed-form
+    variance), by a plain quadrature on a fine grid of standard normal z."""
     g = torch.Generator().manual_seed(6)
     enc_a = {
         "mean": torch.nn.functional.normalize(torch.randn(5, 4, generator=g), dim=-1),
@@ -238,18 +238,21 @@ def test_monte_carlo_probability_and_probit_approximation():
         "mean": torch.nn.functional.normalize(torch.randn(5, 4, generator=g), dim=-1),
         "gate": torch.ones(5, 2),
     }
-    enc_a["var"] = enc_b["var"] = torch.zeros(5, 4)
-    exact = torch.sigmoid(gpm_score(enc_a["mean"], enc_b["mean"]) / 0.1)
-    torch.testing.assert_close(mc_preference_prob(enc_a, enc_b, 0.1, 4, normalize=True), exact)
-    # With variance (no renormalisation) MC agrees with E[sigmoid(s/tau)] for s ~ N(score, closed-form var)
-    # computed by quadrature, and the probit formula approximates it.
-    enc_a["var"] = enc_b["var"] = torch.full((5, 4), 0.02)
-    mc = mc_preference_prob(enc_a, enc_b, 0.1, 20_000, normalize=False, generator=g)
+    head = build_head(reward_settings({"head": {"dim": 4, "tau": 0.1}}, variant="bgpm").head, 4, 4)
     score = gpm_score(enc_a["mean"], enc_b["mean"])
-    var = gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"])
-    z = torch.linspace(-8, 8, 4001)
+    # Zero variance: both are exactly sigmoid(s / tau).
+    enc_a["var"] = enc_b["var"] = torch.zeros(5, 4)
+    exact = torch.sigmoid(score.double() / 0.1)
+    torch.testing.assert_close(head.preference_prob(enc_a, enc_b), exact, atol=1e-7, rtol=0)
+    torch.testing.assert_close(probit_preference_prob(score, torch.zeros(5), 0.1), exact.float())
+    enc_a["var"] = enc_b["var"] = torch.full((5, 4), 0.02)
+    var = gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"]).double()
+    z = torch.linspace(-10, 10, 20001, dtype=torch.float64)
     weights = torch.exp(-0.5 * z**2)
-    quad = (torch.sigmoid((score[:, None] + var.sqrt()[:, None] * z) / 0.1) * weights).sum(-1) / weights.sum()
-    torch.testing.assert_close(mc, quad, atol=0.02, rtol=0)  # s is not exactly Gaussian: small tolerance
-    torch.testing.assert_close(probit_preference_prob(score, var, 0.1), quad, atol=0.02, rtol=0)
-    assert (mc - exact).abs().max() > 0.01  # the variance really changed the probability
+    logits = (score.double()[:, None] + var.sqrt()[:, None] * z) / 0.1
+    quad = (torch.sigmoid(logits) * weights).sum(-1) / weights.sum()
+    torch.testing.assert_close(head.preference_prob(enc_a, enc_b), quad, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        probit_preference_prob(score, var.float(), 0.1).double(), quad, atol=0.02, rtol=0
+    )
+    assert (quad - exact).abs().max() > 0.01  # the variance really changed the probability

@@ -68,8 +68,8 @@ def test_model_level_skew_symmetry(tiny_base, head):
     if head == "bgpm":
         torch.testing.assert_close(var_ab, var_ba)
         assert torch.all(var_ab > 0)
-        p_ab, p_ba = rm.preference_prob(a, b, n_samples=256), rm.preference_prob(b, a, n_samples=256)
-        torch.testing.assert_close(p_ab + p_ba, torch.ones(8), atol=0.08, rtol=0)
+        p_ab, p_ba = rm.preference_prob(a, b), rm.preference_prob(b, a)  # one integral, both directions
+        torch.testing.assert_close(p_ab + p_ba, torch.ones(8, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
 def test_posterior_mean_evaluation_is_deterministic(tiny_base):

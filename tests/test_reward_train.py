@@ -168,7 +168,7 @@ def test_stage_cli_writes_model_metrics_and_summary(tiny_base, tmp_path, caplog)
     out = tmp_path / "reward" / "bgpm"
     settings = reward_settings(
         {
-            "head": {"dim": 4, "bayes": {"kl_warmup_steps": 3, "mc_samples": 8}},
+            "head": {"dim": 4, "bayes": {"kl_warmup_steps": 3}},
             "data": {"max_length": 48},
             "train": {
                 "steps": 6,

@@ -27,7 +27,8 @@ MEASURES = {
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
 
-def _get(block: dict, path: tuple[str, ...], side: str = "") -> Any:
+def at_path(block: dict, path: tuple[str, ...], side: str = "") -> Any:
+    """The value at `path` in a summary block ({side} filled in)."""
     for key in path:
         block = block[key.format(side=side)]
     return block
@@ -81,20 +82,29 @@ def episode_metrics(steps: int, wrong_from: int) -> list[dict[str, Any]]:
     return rows
 
 
-def write_episode_run(root: Path, run: str, steps: int = 10, wrong_from: int = 6) -> dict[str, Any]:
-    """A multi-turn run's train_grpo and eval_policy outputs under root; returns the eval_policy summary."""
+def write_episode_run(
+    root: Path,
+    run: str,
+    steps: int = 10,
+    wrong_from: int = 6,
+    scale: float = 1.0,
+    tree: tuple = ("synthetic-default", 0),
+) -> dict[str, Any]:
+    """A multi-turn run's train_grpo and eval_policy outputs under root; returns the eval_policy summary.
+    `scale` multiplies the trained policy's per-question values (another seed's figures); `tree`: (experiment,
+    seed) its configs record."""
     questions = range(8)
     greedy = {
-        "em": [(float(i % 4 != 0), float(i % 3 == 0)) for i in questions],
-        "f1": [(0.9 if i % 4 else 0.3, 0.2 + 0.05 * i) for i in questions],
-        "calls": [(2.0, 1.0 + (i % 2)) for i in questions],
-        "recall": [(1.0 if i % 4 else 0.5, 0.5) for i in questions],
+        "em": [(scale * float(i % 4 != 0), float(i % 3 == 0)) for i in questions],
+        "f1": [(scale * (0.9 if i % 4 else 0.3), 0.2 + 0.05 * i) for i in questions],
+        "calls": [(scale * 2.0, 1.0 + (i % 2)) for i in questions],
+        "recall": [(scale * (1.0 if i % 4 else 0.5), 0.5) for i in questions],
     }
     sampled = {k: [(t * 0.75, b) for t, b in v] for k, v in greedy.items()}
     summary = {"stage": "eval_policy", "n_prompts": 8, "decoding": "greedy",
                "decodings": {"greedy": _decoding(greedy), "sampled": _decoding(sampled)}}  # fmt: skip
     episodes = {"enabled": True, "environment": "search", "max_turns": 2, "max_episode_tokens": 128}
-    config = {"experiment": "synthetic-default", "seed": 0, "run": run, "beta": 0.0, "episodes": episodes,
+    config = {"experiment": tree[0], "seed": tree[1], "run": run, "beta": 0.0, "episodes": episodes,
               "rewards": [{"type": "verifier", "weight": 1.0}]}  # fmt: skip
     files = {
         f"grpo/{run}/config.json": {"stage": "train_grpo", "config": config},
@@ -122,11 +132,11 @@ def check_paired_table(markdown: str, summaries: dict[str, dict[str, Any]]) -> i
     for run, decoding, measure, base, trained, change, _verdict, n in table.rows:
         block = summaries[run]["decodings"][decoding]
         side_path, paired_path, share = MEASURES[measure]
-        paired = _get(block, paired_path)
+        paired = at_path(block, paired_path)
         tol = (0.0005 if share else 0.005) + 1e-9  # one decimal of a percentage; three significant digits
         expected = {
-            base: [_get(block, side_path, "base")],
-            trained: [_get(block, side_path, "trained")],
+            base: [at_path(block, side_path, "base")],
+            trained: [at_path(block, side_path, "trained")],
             change: [paired["delta"], *paired["ci"]],
         }
         for cell, want in expected.items():

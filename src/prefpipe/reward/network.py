@@ -389,11 +389,10 @@ class RewardModel(nn.Module):
         """s(a > b | x) per row and its variance (Bayesian heads, closed form) or None."""
         return self.head.compare(enc_a, enc_b)
 
-    def preference_prob(
-        self, enc_a: dict, enc_b: dict, n_samples: int | None = None, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """P(a > b): sigmoid(s / tau) for point heads; Monte Carlo over the posterior for Bayesian heads."""
-        return self.head.preference_prob(enc_a, enc_b, n_samples, generator)
+    def preference_prob(self, enc_a: dict, enc_b: dict) -> torch.Tensor:
+        """P(a > b): sigmoid(s / tau) for point heads; E[sigmoid(s / tau)], s ~ N(score, Var[s]), for Bayesian
+        heads (integrated as the evaluation integrates it)."""
+        return self.head.preference_prob(enc_a, enc_b)
 
     def rewards(self, enc: dict[str, torch.Tensor]) -> torch.Tensor:
         """The scalar reward r(x, y) per encoded row (heads with scalar_reward only, e.g. BT)."""

@@ -20,7 +20,7 @@ def pair_accuracy(rm: RewardModel, pairs: list[Pair], batch_size: int) -> dict:
     enc_c = rm.encode(prompts, [p.chosen for p in pairs], batch_size=batch_size)
     enc_r = rm.encode(prompts, [p.rejected for p in pairs], batch_size=batch_size)
     score, _ = rm.compare(enc_c, enc_r)
-    prob = rm.preference_prob(enc_c, enc_r, generator=torch.Generator().manual_seed(0))
+    prob = rm.preference_prob(enc_c, enc_r)
     correct = (score > 0).tolist()
     per_subset: dict[str, list[bool]] = defaultdict(list)
     for pair, ok in zip(pairs, correct, strict=True):

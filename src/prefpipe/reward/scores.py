@@ -1,5 +1,5 @@
 """Preference scores between two encoded responses: BT difference, GPM skew-symmetric form, and the
-Bayesian GPM's uncertainty (closed-form score variance, Monte Carlo and probit P(a > b)).
+Bayesian GPM's uncertainty (closed-form score variance, posterior samples, probit P(a > b)).
 
 Pure tensor functions so every formula can be tested against an independent computation.
 Embeddings are (N, 2k): block l is the pair (v[2l], v[2l+1]); gates are (N, k).
@@ -74,24 +74,6 @@ def sample_embedding(
     eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
     sample = mean + eps * var.sqrt()
     return F.normalize(sample, p=2, dim=-1) if normalize else sample
-
-
-def mc_preference_prob(
-    enc_a: dict[str, torch.Tensor],
-    enc_b: dict[str, torch.Tensor],
-    tau: float,
-    n_samples: int,
-    normalize: bool,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Monte Carlo P(a > b) = E[sigmoid(s(sample_a, sample_b) / tau)] under the posterior (per row)."""
-    gate = pair_gate(enc_a.get("gate"), enc_b.get("gate"))
-    total = torch.zeros(enc_a["mean"].shape[0], dtype=torch.float64)
-    for _ in range(n_samples):
-        sa = sample_embedding(enc_a["mean"], enc_a["var"], normalize, generator)
-        sb = sample_embedding(enc_b["mean"], enc_b["var"], normalize, generator)
-        total += torch.sigmoid(gpm_score(sa, sb, gate) / tau).double()
-    return (total / n_samples).float()
 
 
 def probit_preference_prob(score: torch.Tensor, var: torch.Tensor, tau: float) -> torch.Tensor:

@@ -72,6 +72,7 @@ class ModelSpec:
         bayes = head.pop("bayes", None)
         if bayes is not None:
             bayes["logvar_clamp"] = tuple(bayes["logvar_clamp"])
+            bayes.pop("mc_samples", None)  # folders saved when P(a > b) was a Monte Carlo average: unused now
         length = head.pop("length_head", None)  # absent in folders saved before length heads
         if length:  # folders saved before these options trained with ODIN's form
             length = {

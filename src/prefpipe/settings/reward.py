@@ -31,7 +31,6 @@ class BayesSettings:
         float | None
     )  # logvar fix (offset): learnable logvar offset starting at log(this); None = none
     logvar_clamp: tuple[float, float]
-    mc_samples: int  # Monte Carlo samples for P(c > r) in the sanity evaluation
 
 
 @dataclass

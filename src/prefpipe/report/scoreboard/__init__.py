@@ -1,13 +1,14 @@
 """The scoreboard at the top of the report: in an uncertainty experiment what to use when (uses.py); reward
 heads × headline benchmark, GRPO runs × their changes and hacking, multi-turn runs × their held-out episode
-changes (episodes.py), and at most five one-line verdicts, every cell a link to the table it comes from. Built from the same
-frames and section functions the sections use (never recomputed another way); for a comparison the boards show
-each experiment's trees as mean ± sd (across.py). A board with nothing to show is left out."""
+changes (episodes.py), and at most five one-line verdicts, every cell a link to the table it comes from. Built from
+the same frames and section functions the sections use (never recomputed another way); for a comparison the boards
+show each experiment's trees as mean ± sd (across.py; multi-turn runs: across_episodes.py). A board with nothing to
+show is left out."""
 
 from __future__ import annotations
 
 from prefpipe.report.document import Claims, Paragraph, Section
-from prefpipe.report.scoreboard import across, episodes, heads, runs, uses, verdicts
+from prefpipe.report.scoreboard import across, across_episodes, episodes, heads, runs, uses, verdicts
 from prefpipe.report.sections import Context
 
 TITLE, ANCHOR = "Scoreboard", "scoreboard"
@@ -15,7 +16,7 @@ TITLE, ANCHOR = "Scoreboard", "scoreboard"
 
 def build(ctx: Context) -> Section | None:
     if ctx.others:
-        boards = [across.heads_board(ctx), across.runs_board(ctx)]
+        boards = [across.heads_board(ctx), across.runs_board(ctx), across_episodes.board(ctx)]
     else:
         boards = [heads.board(ctx), runs.board(ctx), episodes.board(ctx)]
     boards.insert(0, uses.board(ctx))  # an uncertainty experiment's answer to "what to use when" comes first

@@ -2,7 +2,8 @@
 experiment's trees as mean ± sample sd. Heads: the compare section's figures (seed_stats.across, each
 experiment on its headline benchmark), the best mean per column within each experiment marked. GRPO runs: each
 tree's trained - base change as the policy table has it, as mean ± sd, marked improved / worse only when every
-tree's interval says so; hacked in how many trees."""
+tree's interval says so; hacked in how many trees. Multi-turn runs have their own board (across_episodes.py),
+with the multi-turn board's columns."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prefpipe.report.document import Board, Cell, Claim
 from prefpipe.report.scoreboard import heads, runs
 from prefpipe.report.scoreboard.marks import Value, best_marks, cells, side_mark
 from prefpipe.report.sections import Context, compare
+from prefpipe.report.sections.episodes import episode_runs
 from prefpipe.report.stats import NA
 
 ITEMS = {k: ("ECE ↓" if k == "ece" else v) for k, v in compare.ITEMS.items()}
@@ -80,8 +82,13 @@ def _run_row(exp: str, run: str, contexts: list[Context], decodings: list[str], 
 def runs_board(ctx: Context) -> Board | None:
     groups = by_experiment(ctx)
     contexts = {exp: [Context(tree, [], ctx.settings) for tree in members] for exp, members in groups.items()}
+    multi_turn = {
+        r for found in contexts.values() for c in found for r in episode_runs(c)
+    }  # across_episodes.py
     names = {
-        exp: list(dict.fromkeys(r for c in found for r in c.runs if runs.changes(c, r)))
+        exp: list(
+            dict.fromkeys(r for c in found for r in c.runs if r not in multi_turn and runs.changes(c, r))
+        )
         for exp, found in contexts.items()
     }
     decodings = runs.ordered_decodings(

@@ -26,7 +26,8 @@ def _cell(row: pd.Series | None) -> Cell:
     return Cell(change_text(row), LINK, side_mark(ci) if ci and row["share"] else "")
 
 
-def _find(table: pd.DataFrame, run: str, measure: str, decoding: str | None = None) -> pd.Series | None:
+def find(table: pd.DataFrame, run: str, measure: str, decoding: str | None = None) -> pd.Series | None:
+    """A run's row of frames.episodes for a measure under `decoding` (None: its primary decoding)."""
     mine = table[(table["run"] == run) & (table["measure"] == measure)]
     mine = mine[mine["decoding"] == decoding] if decoding else mine[mine["primary"]]
     return None if mine.empty else mine.iloc[0]
@@ -44,8 +45,8 @@ def board(ctx: Context) -> Board | None:
     rows = [
         [
             Cell(run, LINK),
-            *(_cell(_find(table, run, frames.EXACT_MATCH, d)) for d in decodings),
-            *(_cell(_find(table, run, m)) for m in PRIMARY_MEASURES),
+            *(_cell(find(table, run, frames.EXACT_MATCH, d)) for d in decodings),
+            *(_cell(find(table, run, m)) for m in PRIMARY_MEASURES),
         ]
         for run in runs
     ]

@@ -133,14 +133,8 @@ class RewardHead(nn.Module, ABC):
         """The preference temperature: P(a > b) = sigmoid(s / tau)."""
         return float(self.settings.tau)
 
-    def preference_prob(
-        self,
-        enc_a: Encoding,
-        enc_b: Encoding,
-        n_samples: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """P(a > b) = sigmoid(s / tau) for a point head; a Bayesian head averages over its posterior."""
+    def preference_prob(self, enc_a: Encoding, enc_b: Encoding) -> torch.Tensor:
+        """P(a > b) = sigmoid(s / tau) for a point head; a Bayesian head integrates over its score's posterior."""
         score, _ = self.compare(enc_a, enc_b)
         return torch.sigmoid(score / self.tau)
 

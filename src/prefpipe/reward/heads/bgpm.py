@@ -2,7 +2,8 @@
 
 Linear(H, 2 * 2k) -> (raw_mean, logvar); mean = normalize(raw_mean); samples only in train mode. The score
 uses the posterior mean (closed-form variance alongside), training uses samples plus beta(t) * KL to the prior
-(the math is in prefpipe.reward.losses), and P(a > b) is a Monte Carlo average over the posterior.
+(the math is in prefpipe.reward.losses), and P(a > b) = E[sigmoid(s / tau)] for s ~ N(score, variance), integrated
+by the evaluation's own code (prefpipe.common.expected_sigmoid), so training, evaluation and export give one P.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prefpipe.common.expected_sigmoid import gaussian_preference_prob
 from prefpipe.reward.heads.base import Encoding, require
 from prefpipe.reward.heads.gpm import GPMHead
 from prefpipe.reward.heads.registry import register
@@ -21,7 +23,6 @@ from prefpipe.reward.losses import LossParts, gaussian_kl, kl_beta, kl_mean_term
 from prefpipe.reward.scores import (
     gpm_score,
     gpm_score_variance,
-    mc_preference_prob,
     pair_gate,
     sample_embedding,
 )
@@ -89,11 +90,15 @@ class BayesianGPMHead(GPMHead):
         score = gpm_score(enc_a["mean"], enc_b["mean"], gate)
         return score, gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"], gate)
 
-    def preference_prob(self, enc_a, enc_b, n_samples=None, generator=None) -> torch.Tensor:
-        """Monte Carlo P(a > b) over the posterior (n_samples default: head.bayes.mc_samples)."""
-        settings = self.settings
-        n = n_samples or settings.bayes.mc_samples
-        return mc_preference_prob(enc_a, enc_b, float(settings.tau), n, settings.normalize, generator)
+    def preference_prob(self, enc_a: Encoding, enc_b: Encoding) -> torch.Tensor:
+        """P(a > b) = E[sigmoid(s / tau)] for s ~ N(score, closed-form variance) per row (float64), integrated as
+        the evaluation and the exported loader integrate it."""
+        score, variance = self.compare(enc_a, enc_b)
+        assert variance is not None  # a Bayesian head's score always carries its variance
+        prob = gaussian_preference_prob(
+            score.detach().double().cpu().numpy(), variance.detach().double().cpu().numpy(), self.tau
+        )
+        return torch.from_numpy(prob).to(score.device)
 
     @classmethod
     def training_score(cls, out_c: Encoding, out_r: Encoding) -> torch.Tensor:

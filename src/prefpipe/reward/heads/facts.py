@@ -47,8 +47,8 @@ HEAD_FACTS: dict[str, HeadFacts] = {
         scalar_reward=False,
         bayesian=True,
         math="Bayesian GPM: a diagonal Gaussian posterior N(mean(y), var(y)) over the GPM embedding; "
-        "s(a > b | x) of the means with its closed-form variance, and P(a > b | x) = E[sigmoid(s(a~, b~) / tau)] "
-        "by Monte Carlo over the posterior.",
+        "s(a > b | x) of the means with its closed-form variance Var[s], and P(a > b | x) = E[sigmoid(s~ / tau)] "
+        "for s~ ~ N(s, Var[s]), integrated numerically.",
     ),
 }
 
