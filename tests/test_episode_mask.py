@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.episode_grads import logit_grads
 from support.episodes import built_episodes
 from support.models import chat_tokenizer, tiny_llama
 from support.settings import grpo_settings, report_settings
 
 from prefpipe.grpo.algorithm.advantages import group_advantages
-from prefpipe.grpo.algorithm.losses import BatchNorms, grpo_loss
 from prefpipe.grpo.algorithm.reference import build_reference
-from prefpipe.grpo.algorithm.spans import environment_loss_tokens, loss_spans, plain_span
+from prefpipe.grpo.algorithm.spans import environment_loss_tokens, loss_spans
 from prefpipe.grpo.algorithm.update import Learner, StepBatch, make_adamw, update
 from prefpipe.grpo.analyses.health import check_run
 from prefpipe.grpo.data_parallel import DataParallel
@@ -32,43 +32,6 @@ def tok():
 
 def built(tok):
     return built_episodes(tok, G)
-
-
-def logit_grads(model, reference, rollout, mask_mode: str, micro: int) -> dict[tuple[int, int], torch.Tensor]:
-    """{(row, completion position j): d loss / d logits that predict completion token j} through the trainer's
-    own spans and loss (dapo, beta 0.04, k3)."""
-    kept: list[torch.Tensor] = []
-
-    def keep(_module, _inputs, out):
-        out.retain_grad()
-        kept.append(out)
-
-    hook = model.lm_head.register_forward_hook(keep)
-    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), G, "group", 1e-4).advantages
-    spans = loss_spans(rollout, mask_mode, False, micro)
-    norms = BatchNorms(
-        4, sum(int(sp.mask.sum()) for sp in spans), len(spans), rollout.completion_ids.shape[1]
-    )
-    grads = {}
-    try:
-        for sp in spans:
-            mb = plain_span(rollout, sp)
-            logp, _ = mb.logprobs(model, 1.0)
-            with torch.no_grad():
-                ref, _ = mb.logprobs(reference, 1.0)
-            out = grpo_loss(logp, logp.detach(), adv[mb.rows], mb.mask, norms, loss_type="dapo", eps_low=0.2,
-                            eps_high=0.28, beta=0.04, ref_logp=ref, kl_estimator="k3", log_ratio_clamp=None,
-                            objective="ppo_clip")  # fmt: skip
-            out.loss.backward()
-            logits = kept.pop()
-            assert logits.shape[1] == sp.n_scored + 1  # logits_to_keep: the last one predicts nothing
-            assert torch.count_nonzero(logits.grad[:, -1]) == 0
-            for i, row in enumerate(range(sp.rows.start, sp.rows.stop)):
-                for j in range(sp.n_completion):
-                    grads[(row, j)] = logits.grad[i, j]
-    finally:
-        hook.remove()
-    return grads
 
 
 @pytest.mark.parametrize("micro", [1, 4])

@@ -143,4 +143,6 @@ def test_an_unknown_environment_is_refused_naming_it():
     with pytest.raises(ConfigError, match="unknown environment 'nope'"):
         from prefpipe.grpo.training.episode_steps import EpisodeSteps
 
-        EpisodeSteps(grpo_settings({**RUN, "episodes": {**EPISODES, "environment": "nope"}}, run="multi"))
+        EpisodeSteps(
+            grpo_settings({**RUN, "episodes": {**EPISODES, "environment": "nope"}}, run="multi"), None
+        )

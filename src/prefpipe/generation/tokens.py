@@ -3,6 +3,7 @@ evaluation and the base policy's held-out accuracy share (see the package docstr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,9 +38,12 @@ def pad_token_id(tokenizer) -> int:
     return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
 
 
-def tokenize_prompts(tokenizer, prompts: list[str], max_prompt_length: int | None) -> PromptBatch:
-    """format_prompt each prompt, tokenize, cut from the left to max_prompt_length, left-pad."""
-    texts = [format_prompt(tokenizer, p) for p in prompts]
+def tokenize_prompts(
+    tokenizer, prompts: list[str], max_prompt_length: int | None, render: Callable = format_prompt
+) -> PromptBatch:
+    """`render` each prompt (format_prompt; a multi-turn run: its tool format's), tokenize, cut from the left
+    to max_prompt_length, left-pad."""
+    texts = [render(tokenizer, p) for p in prompts]
     # a chat template already writes BOS and friends; the plain layout relies on the tokenizer adding them
     encoded = tokenizer(texts, add_special_tokens=not has_chat_template(tokenizer))["input_ids"]
     truncated = [max_prompt_length is not None and len(ids) > max_prompt_length for ids in encoded]

@@ -47,7 +47,7 @@ class EpisodeSettings:
     enabled: bool
     environment: str  # a registered environment (prefpipe.grpo.environments.registry)
     options: dict[str, dict[str, Any]]  # each environment's options; the chosen one's go to its factory
-    tool_format: str  # tags (grpo/rollout/episodes/format.py)
+    tool_format: str  # tags | chat_template | chat_template_or_tags (grpo/rollout/episodes/tool_formats.py)
     max_turns: int
     max_turn_tokens: int
     max_episode_tokens: int  # context after the prompt, policy and environment tokens together (H04)

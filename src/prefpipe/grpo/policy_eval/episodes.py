@@ -24,9 +24,9 @@ from prefpipe.grpo.environments.base import EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
 from prefpipe.grpo.policy_eval.measures import Completions
 from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
-from prefpipe.grpo.rollout.episodes.format import build_tool_format
 from prefpipe.grpo.rollout.episodes.generate import generate_episodes
 from prefpipe.grpo.rollout.episodes.measures import support_recall, supporting_titles
+from prefpipe.grpo.rollout.episodes.tool_formats import build_tool_format
 from prefpipe.settings.grpo import GrpoSettings
 
 
@@ -64,7 +64,8 @@ def complete_episodes(
 ) -> EpisodeCompletions:
     """One episode per row (greedy or sampled), in batches of eval.batch_size rows."""
     ep, ev = settings.episodes, settings.eval
-    fmt = build_tool_format(ep.tool_format)
+    tools = build_environment(ep.environment_spec()).tools
+    fmt = build_tool_format(ep.tool_format, tokenizer, tools, f"grpo.{settings.run}.episodes.tool_format")
     limits = EpisodeLimits(ep.max_turns, ep.max_turn_tokens, ep.max_episode_tokens)
     make_runner, out = _runner_factory(settings), EpisodeCompletions()
     starts = range(0, len(rows), ev.batch_size)

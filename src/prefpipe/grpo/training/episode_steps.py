@@ -27,23 +27,25 @@ from prefpipe.grpo.metric_names import EPISODE_ENV_TRAINED_SHARE
 from prefpipe.grpo.rollout.completions import Rollout
 from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
 from prefpipe.grpo.rollout.episodes.episode import POLICY, Episode
-from prefpipe.grpo.rollout.episodes.format import build_tool_format
 from prefpipe.grpo.rollout.episodes.generate import EpisodeBatch, generate_episodes
 from prefpipe.grpo.rollout.episodes.measures import step_measures
+from prefpipe.grpo.rollout.episodes.tool_formats import build_tool_format
 from prefpipe.settings.grpo import GrpoSettings
 
 
 class EpisodeSteps:
-    """Builds the run's environment (failing at construction, naming the key) and rolls out its episodes."""
+    """Builds the run's environment and tool format for the policy's tokenizer (failing at construction,
+    naming the key) and rolls out its episodes."""
 
-    def __init__(self, settings: GrpoSettings) -> None:
+    def __init__(self, settings: GrpoSettings, tokenizer) -> None:
         ep = settings.episodes
         self.settings, self.spec = settings, ep.environment_spec()
         try:
-            build_environment(self.spec)
+            tools = build_environment(self.spec).tools
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"grpo.{settings.run}.episodes ({ep.environment}): {exc}") from exc
-        self.fmt = build_tool_format(ep.tool_format)
+        key = f"grpo.{settings.run}.episodes.tool_format"
+        self.fmt = build_tool_format(ep.tool_format, tokenizer, tools, key)
         self.limits = EpisodeLimits(ep.max_turns, ep.max_turn_tokens, ep.max_episode_tokens)
         self.episodes: list[Episode] = []  # the last step's, rollout row order
 

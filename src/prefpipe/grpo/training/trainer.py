@@ -91,7 +91,7 @@ class GRPOTrainer:
         # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
         self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp)
         # multi-turn runs: episodes with the run's environment, on the plain engine (grpo/training/episode_steps.py)
-        self.episodes = EpisodeSteps(settings) if settings.episodes.enabled else None
+        self.episodes = EpisodeSteps(settings, tokenizer) if settings.episodes.enabled else None
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
         self.ref_cache: dict[str, str] = {}

@@ -11,8 +11,9 @@ A turn also ends at EOS. A turn that ends at EOS with a tag it opened and never 
 environment answers it like any other call, with an error observation); one with no tag at all ends the episode
 without an answer. `<result>` written by the policy itself is an unknown tool (the environment's tag).
 
-A family format (a chat template with tool messages) implements the same protocol: `turn_end` reads the turn's
-text, `render` writes the observation as the template's tool (or user) message plus the next assistant header.
+A family format (a chat template with tool messages, chat_format.py) implements the same protocol: `prompt`
+writes the prompt text, `turn_end` reads the turn's text, `render` writes the observation as the template's tool
+message plus the next assistant header. tool_formats.py registers them by name.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
+from prefpipe.common.chat import Conversation, format_prompt
 from prefpipe.grpo.environments.base import Observation, ToolCall
 
 CALL, ANSWER, NO_CALL = "call", "answer", "no_call"
@@ -36,6 +38,10 @@ class TurnEnd:
 
 
 class ToolFormat(Protocol):
+    def prompt(self, tokenizer, conversation: Conversation) -> str:
+        """The text the policy's first turn continues (the conversation, the generation prompt)."""
+        ...
+
     def turn_end(self, text: str, at_eos: bool) -> TurnEnd | None:
         """How the turn whose text so far is `text` ends (None: it goes on); `at_eos`: it just wrote EOS."""
         ...
@@ -52,6 +58,9 @@ class ToolFormat(Protocol):
 class TagFormat:
     answer_tag = "answer"
     result_tag = "result"
+
+    def prompt(self, tokenizer, conversation: Conversation) -> str:
+        return format_prompt(tokenizer, conversation)  # as every single-turn rollout formats it
 
     def turn_end(self, text: str, at_eos: bool) -> TurnEnd | None:
         closed = _CLOSED.search(text)
@@ -77,12 +86,3 @@ class TagFormat:
             f"Call a tool with {calls}; its result comes back in <{self.result_tag}>...</{self.result_tag}>. "
             f"Give the final answer as <{self.answer_tag}>...</{self.answer_tag}>."
         )
-
-
-TOOL_FORMATS: dict[str, type] = {"tags": TagFormat}
-
-
-def build_tool_format(name: str) -> ToolFormat:
-    if name not in TOOL_FORMATS:
-        raise ValueError(f"tool format must be one of {sorted(TOOL_FORMATS)}, got {name!r}")
-    return TOOL_FORMATS[name]()

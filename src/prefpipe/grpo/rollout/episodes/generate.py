@@ -1,5 +1,5 @@
-"""Episodes for a step's prompts on the plain engine: prompts tokenized as single-turn rollouts are
-(generation/tokens.py), one environment runner per row, the batched decode (decode.py), the `Rollout` the
+"""Episodes for a step's prompts on the plain engine: prompts written by the tool format (the tags: as
+single-turn rollouts are, generation/tokens.py; chat_template: with the tool schemas), one environment runner per row, the batched decode (decode.py), the `Rollout` the
 trainer takes (episode.py) and the step's episode metrics."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def generate_episodes(
     max_prompt_length: int | None = None,
 ) -> EpisodeBatch:
     """group_size episodes for each (task row, prompt); eval mode while decoding, training mode restored."""
-    batch = tokenize_prompts(tokenizer, prompts, max_prompt_length)
+    batch = tokenize_prompts(tokenizer, prompts, max_prompt_length, fmt.prompt)
     device = next(model.parameters()).device
     runners = [make_runner() for _ in range(len(prompts) * group_size)]
     was_training = model.training
