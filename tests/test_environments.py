@@ -8,6 +8,7 @@ import math
 import re
 
 import pytest
+from support.episodes import Flaky
 
 from prefpipe.common.config import ConfigError, DataError
 from prefpipe.grpo.environments.base import (
@@ -131,22 +132,6 @@ def test_calculator_agrees_with_python_arithmetic(expr):
 def test_calculator_refuses_anything_but_arithmetic(expr):
     with pytest.raises(ValueError):
         evaluate(expr)
-
-
-class Flaky:
-    """A user's tool: echoes, returns nothing for 'blank', raises for 'boom', floods for 'long'."""
-
-    tools = ("echo",)
-
-    def reset(self, row):
-        self.row = row
-
-    def step(self, call):
-        if call.argument == "boom":
-            raise RuntimeError("the tool broke")
-        if call.argument == "blank":
-            return "  "
-        return "x" * 100 if call.argument == "long" else call.argument
 
 
 def test_every_failure_becomes_a_counted_observation():

@@ -46,6 +46,23 @@ def question_rows() -> list[dict]:
     return rows
 
 
+class Flaky:
+    """A user's tool: echoes its argument, returns nothing for 'blank', raises for 'boom', floods for 'long'."""
+
+    def __init__(self, tools: tuple[str, ...] = ("echo",)) -> None:
+        self.tools = tools
+
+    def reset(self, row):
+        self.row = row
+
+    def step(self, call):
+        if call.argument == "boom":
+            raise RuntimeError("the tool broke")
+        if call.argument == "blank":
+            return "  "
+        return "x" * 100 if call.argument == "long" else call.argument
+
+
 def runner(max_result_chars: int = 400) -> EnvironmentRunner:
     return EnvironmentRunner(build_environment(SEARCH), max_result_chars=max_result_chars)
 
