@@ -1,16 +1,18 @@
 """The family's own tool-call format (tool_format: chat_template, grpo/rollout/episodes/chat_format.py) through
-the families' real chat templates (TRL's shipped Qwen2.5 and Qwen3 templates, tests/support/families.py): the
+the families' real chat templates (TRL's shipped Qwen2.5, Qwen3 and Llama 3.1 templates, tests/support/families.py): the
 prompt with the tool schemas, a policy turn that calls the tool, the tool message, the next policy turn, each
 against a hand-written string; the episode's segments token by token; the loss mask; and the refusal of a
 template without tool support."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from support.episode_grads import G, logit_grads
 from support.episodes import PARAGRAPHS, runner
-from support.families import FAMILIES, family_config, family_tokenizer
+from support.families import FAMILIES, LLAMA3_1, family_config, family_tokenizer
 from support.scripted_policy import ScriptedPolicy
 from support.settings import grpo_settings
 from transformers import AutoModelForCausalLM
@@ -20,7 +22,7 @@ from prefpipe.grpo.environments.base import ToolCall
 from prefpipe.grpo.rollout.episodes.chat_format import ChatTemplateFormat
 from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
 from prefpipe.grpo.rollout.episodes.episode import ANSWERED, ENVIRONMENT, POLICY
-from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, NO_CALL, TagFormat
+from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, NO_CALL, TagFormat, TurnEnd
 from prefpipe.grpo.rollout.episodes.generate import generate_episodes
 from prefpipe.grpo.rollout.episodes.tool_formats import build_tool_format
 
@@ -51,8 +53,55 @@ SCRIPTS = [
 ROWS = [{"prompt": q, "paragraphs": PARAGRAPHS} for q, *_ in SCRIPTS]
 
 
+# Llama 3.1: the tools go into the first user turn (its tools_in_user_message default), the schema as
+# tojson(indent=4) writes it, a call is bare JSON with "parameters" ending at <|eot_id|>, a result comes back as an
+# ipython turn holding the result as a JSON string
+LLAMA_HEAD = (
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge "
+    "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments "
+    'that best answers the given prompt.\n\nRespond in the format {"name": function name, "parameters": '
+    "dictionary of argument name and its value}.Do not use variables.\n\n"
+)
+LLAMA_SCHEMA = """{
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "the search tool",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "argument": {
+                    "type": "string",
+                    "description": "the input of search"
+                }
+            },
+            "required": [
+                "argument"
+            ]
+        }
+    }
+}"""
+LLAMA_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def family_of(family: str):
+    """The test family: llama3_1 is the Llama family with Llama 3.1's template."""
+    return replace(FAMILIES["llama"], template=LLAMA3_1) if family == "llama3_1" else FAMILIES[family]
+
+
+def llama_pieces(script: tuple[str, str, str, str]) -> tuple[str, list[tuple[str, str]]]:
+    question, query, result, answer = script
+    prompt = f"{LLAMA_HEAD}{LLAMA_SCHEMA}\n\n{question}<|eot_id|>{LLAMA_ASSISTANT}"
+    call = f'{{"name": "search", "parameters": {{"argument": "{query}"}}}}<|eot_id|>'
+    tool = f'<|start_header_id|>ipython<|end_header_id|>\n\n"{result}"<|eot_id|>{LLAMA_ASSISTANT}'
+    return prompt, [(POLICY, call), (ENVIRONMENT, tool), (POLICY, f"{answer}<|eot_id|>")]
+
+
 def pieces(family: str, script: tuple[str, str, str, str]) -> tuple[str, list[tuple[str, str]]]:
     """(prompt text, [(owner, text)] of the episode after it), written out by hand for the family's template."""
+    if family == "llama3_1":
+        return llama_pieces(script)
     system, start = LAYOUT[family]
     question, query, result, answer = script
     prompt = f"{system}<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{start}"
@@ -67,9 +116,9 @@ def pieces(family: str, script: tuple[str, str, str, str]) -> tuple[str, list[tu
 def scripted_run(family: str):
     """(tokenizer, the tiny model under the script, the episode batch): 2 prompts x G greedy episodes, each
     row scripted to call the search tool, read the result and answer."""
-    tok = family_tokenizer(FAMILIES[family])
+    tok = family_tokenizer(family_of(family))
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(family_config(FAMILIES[family], tok)).eval()
+    model = AutoModelForCausalLM.from_config(family_config(family_of(family), tok)).eval()
     fmt = build_tool_format("chat_template", tok, ("search",), KEY)
     prompts, scripts = [], []
     for script in SCRIPTS:
@@ -84,7 +133,7 @@ def scripted_run(family: str):
     return tok, model, out
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama3_1"])
 def test_an_episode_through_the_familys_template_matches_the_hand_written_turns(family):
     tok, _, out = scripted_run(family)
     ro = out.rollout
@@ -102,10 +151,12 @@ def test_an_episode_through_the_familys_template_matches_the_hand_written_turns(
         assert ro.loss_mask[row, len(ep.ids) :].sum() == 0
 
 
-def test_the_qwen2_episode_is_the_templates_own_rendering_of_the_conversation():
-    """Qwen2.5's template renders the finished conversation (call, tool message, answer) as the episode's
-    text exactly (Qwen3's drops the empty think block from a non-final turn, so only the hand-written check)."""
-    tok, _, out = scripted_run("qwen2")
+@pytest.mark.parametrize(("family", "after"), [("qwen2", "\n"), ("llama3_1", "")])
+def test_the_episode_is_the_templates_own_rendering_of_the_conversation(family, after):
+    """Qwen2.5's and Llama 3.1's templates render the finished conversation (call, tool message, answer) as the
+    episode's text exactly, + what Qwen writes after a finished turn (Qwen3's drops the empty think block from a
+    non-final turn, so it has only the hand-written check)."""
+    tok, _, out = scripted_run(family)
     question, query, result, answer = SCRIPTS[0]
     call = {"type": "function", "function": {"name": "search", "arguments": {"argument": query}}}
     messages = [
@@ -118,13 +169,14 @@ def test_the_qwen2_episode_is_the_templates_own_rendering_of_the_conversation():
     whole = tok.apply_chat_template(messages, tools=fmt.schemas, tokenize=False)
     ro, ep = out.rollout, out.episodes[0]
     prompt_ids = ro.prompt_ids[0][ro.prompt_mask[0].bool()].tolist()
-    assert tok.decode(prompt_ids + ep.ids) + "\n" == whole
+    assert tok.decode(prompt_ids + ep.ids) + after == whole
 
 
-def test_only_the_policys_tokens_get_a_gradient_through_the_template():
-    tok, model, out = scripted_run("qwen2")
+@pytest.mark.parametrize("family", ["qwen2", "llama3_1"])
+def test_only_the_policys_tokens_get_a_gradient_through_the_template(family):
+    tok, model, out = scripted_run(family)
     torch.manual_seed(1)
-    reference = AutoModelForCausalLM.from_config(family_config(FAMILIES["qwen2"], tok))
+    reference = AutoModelForCausalLM.from_config(family_config(family_of(family), tok))
     grads = logit_grads(model.train(), reference, out.rollout, "completion", 4)
     seen = {POLICY: 0, ENVIRONMENT: 0}
     for row, ep in enumerate(out.episodes):  # brute force over every token of every episode
@@ -158,6 +210,22 @@ def test_hermes_calls_answers_and_malformed_turns_are_read():
     assert (
         fmt.turn_end("Paris", at_eos=True).kind == ANSWER and fmt.turn_end("  ", at_eos=True).kind == NO_CALL
     )
+
+
+def test_llama_json_calls_answers_and_malformed_turns_are_read():
+    fmt = ChatTemplateFormat(family_tokenizer(family_of("llama3_1")), ("search",))
+    assert fmt.layout.name == "llama_json"
+    assert fmt.turn_end('{"name": "search", "parameters": {"argument": "x"}}', at_eos=False) is None
+    call = fmt.turn_end(' {"name": "search", "parameters": {"query": "x y"}} ', at_eos=True)
+    assert (call.kind, call.call) == (CALL, ToolCall("search", "x y"))
+    assert (
+        "tool call is not JSON"
+        in fmt.turn_end('{"name": "search", "parameters": ', at_eos=True).call.malformed
+    )
+    bad_key = fmt.turn_end('{"name": "search", "arguments": {"argument": "x"}}', at_eos=True).call.malformed
+    assert '"parameters" must hold one string' in bad_key
+    assert fmt.turn_end(" the dog\n", at_eos=True) == TurnEnd(ANSWER, answer="the dog")
+    assert fmt.turn_end(" ", at_eos=True).kind == NO_CALL
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "gemma3", "mistral", "phi3"])

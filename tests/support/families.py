@@ -74,6 +74,7 @@ def _own_template(name: str) -> str:
 
 
 LLAMA3 = _own_template("llama3")
+LLAMA3_1 = _own_template("llama3_1")  # Llama 3.1's, with JSON tool calls (the tool-format tests swap it in)
 CHATML_SYSTEM = _own_template("qwen2_5")
 QWEN3 = _own_template("qwen3")
 GEMMA = _own_template("gemma")  # Gemma 2's (and Gemma 1's): refuses a system turn, prefpipe folds it

@@ -1,6 +1,7 @@
 """The registered tool formats (grpo.<run>.episodes.tool_format), each built for the run's tokenizer and its
-environment's tools: `tags` (the documented tag format, format.py), `chat_template` (the family's own tool-call
-format through its chat template, chat_format.py; refused for a template without tool support) and
+environment's tools: `tags` (the documented tag format, format.py), `chat_template` (the family's own tool calls
+through its chat template, chat_format.py: Hermes <tool_call> JSON or Llama 3.1 JSON, tool_calls.py; refused for a
+template without tool support) and
 `chat_template_or_tags` (the family's format where its template has one, else the tags)."""
 
 from __future__ import annotations
