@@ -166,7 +166,9 @@ def test_a_seeds_comparison_shows_mean_and_sd_over_the_trees(tmp_path):
     for head in HEADS:
         values = [json.loads((t / "eval" / head / "summary.json").read_text())["overall"] for t in trees]
         mean, sd = 100 * np.mean(values), 100 * np.std(values, ddof=1)
-        assert re.sub("^[★☆] ", "", heads[head]["Overall"].shown) == f"{mean:.1f} ± {sd:.1f} (n=3)", head
+        assert re.sub("^[★☆] ", "", heads[head]["Overall"].shown) == f"{mean:.1f} ± {sd:.1f}", head
+    # every figure over the same 3 trees: said once in the title, not in each cell
+    assert "mean ± sample sd over 3 trees each" in _boards(doc)["scoreboard-heads"].title
     assert heads["gpm"]["Overall"].mark == "best"
     runs = _rows(_boards(doc)["scoreboard-runs"])
     deltas = []
@@ -175,10 +177,8 @@ def test_a_seeds_comparison_shows_mean_and_sd_over_the_trees(tmp_path):
         block = summary["decodings"]["sampled"]
         deltas.append(100 * (block["trained"]["accuracy"] - block["base"]["accuracy"]))
     cell = runs["gpm-verifier"]["Sampled change"]
-    assert (
-        cell.text == f"{np.mean(deltas):+.1f} ± {np.std(deltas, ddof=1):.1f} (n=3)"
-        and cell.mark == "improved"
-    )
+    assert cell.text == f"{np.mean(deltas):+.1f} ± {np.std(deltas, ddof=1):.1f}" and cell.mark == "improved"
+    assert _boards(doc)["scoreboard-runs"].title.endswith("mean ± sd over 3 trees")
     assert runs["gpm-verifier"]["Hacked"].text == "0/3 trees"
     verdict = _verdicts(doc)[0]  # the best head read over the trees: ahead of the runner-up in each of them
     overall = {
@@ -210,3 +210,21 @@ def test_the_length_controlled_accuracy_is_a_column_where_recorded(tmp_path):
         assert heads[head]["Length-controlled"].text == f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
         assert heads[head]["Length-controlled"].anchor == "length-bias"
     assert heads["gpm"]["Length-controlled"].mark == "best_unresolved"  # bgpm's interval reaches 76
+
+
+def test_a_board_keeps_each_cells_n_when_the_trees_behind_its_figures_differ():
+    """shared_n strips "(n=k)" only when every figure on the board has the same k (a tree missing one figure
+    keeps every cell's own n), and leaves cells without a figure alone."""
+    from prefpipe.report.document import Cell
+    from prefpipe.report.scoreboard.across import shared_n
+
+    same = [[Cell("gpm", "a"), Cell("78.5 ± 1.2 (n=3)", "a", "best")], [Cell("bt", "a"), Cell("–", "a")]]
+    rows, n = shared_n(same)
+    assert n == 3 and [[c.text for c in r] for r in rows] == [["gpm", "78.5 ± 1.2"], ["bt", "–"]]
+    assert rows[0][1].mark == "best"
+    mixed = [
+        [Cell("gpm", "a"), Cell("78.5 ± 1.2 (n=3)", "a")],
+        [Cell("bt", "a"), Cell("70.1 ± 0.4 (n=2)", "a")],
+    ]
+    rows, n = shared_n(mixed)
+    assert n is None and rows is mixed

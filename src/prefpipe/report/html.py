@@ -64,9 +64,13 @@ pre { background: #f6f8fa; padding: 0.6em; overflow-x: auto; white-space: pre-wr
       font-size: 0.82em; border: 1px solid #eaeef2; }
 .pretitle { font-weight: 600; margin-bottom: 0.2em; font-size: 0.9em; }
 #scoreboard h2 { margin-top: 0.3em; }
-#scoreboard table { margin: 0.25em 0 0; font-size: 0.8em; }
+#scoreboard table { margin: 0.25em 0 0; font-size: 0.76em; }
 #scoreboard th, #scoreboard td { padding: 0.05em 0.45em; }
-#scoreboard p.tablenote { margin: 0 0 0.2em; font-size: 0.75em; }
+#scoreboard p.tablenote { margin: 0 0 0.2em; font-size: 0.72em; }
+.boards { display: flex; flex-wrap: wrap; column-gap: 1.5em; align-items: flex-start; }
+.boardbox { max-width: 100%; }
+.boardbox p.tablenote { width: 0; min-width: 100%; }
+table.board td:first-child { white-space: nowrap; }
 #scoreboard ul { margin: 0.3em 0 0; padding-left: 1.2em; font-size: 0.9em; }
 #scoreboard li { margin: 0.05em 0; }
 #scoreboard li a { color: #0969da; text-decoration: none; font-size: 0.85em; }
@@ -160,8 +164,25 @@ def _block(block: object) -> str:
     raise TypeError(f"unknown report block {type(block).__name__}")
 
 
+def _blocks(blocks: list) -> str:
+    """Blocks in order; consecutive scoreboard boards share a row, side by side where they fit the page (a
+    board's note takes its table's width, not the row's: width 0 / min-width 100%), else one under another."""
+    out: list[str] = []
+    row: list[str] = []
+    for block in [*blocks, None]:
+        if isinstance(block, Board):
+            row.append(f'<div class="boardbox">{_board(block)}</div>')
+            continue
+        if row:
+            out.append(f'<div class="boards">{"".join(row)}</div>')
+            row = []
+        if block is not None:
+            out.append(_block(block))
+    return "\n".join(out)
+
+
 def _section(section: Section) -> str:
-    inner = "\n".join(_block(b) for b in section.blocks)
+    inner = _blocks(section.blocks)
     return f'<section id="{_esc(section.anchor)}"><h2>{_esc(section.title)}</h2>\n{inner}\n</section>'
 
 

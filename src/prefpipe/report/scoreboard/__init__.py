@@ -1,9 +1,9 @@
-"""The scoreboard at the top of the report: in an uncertainty experiment what to use when (uses.py); reward
-heads × headline benchmark, GRPO runs × their changes and hacking, multi-turn runs × their held-out episode
-changes (episodes.py), and at most five one-line verdicts, every cell a link to the table it comes from. Built from
-the same frames and section functions the sections use (never recomputed another way); for a comparison the boards
-show each experiment's trees as mean ± sd (across.py; multi-turn runs: across_episodes.py). A board with nothing to
-show is left out."""
+"""The scoreboard at the top of the report: at most five one-line verdicts first, then the boards they come from:
+in an uncertainty experiment what to use when (uses.py); reward heads × headline benchmark, GRPO runs × their
+changes and hacking, multi-turn runs × their held-out episode changes (episodes.py); every cell a link to the
+table it comes from. Built from the same frames and section functions the sections use (never recomputed another
+way); for a comparison the boards show each experiment's trees as mean ± sd (across.py; multi-turn runs:
+across_episodes.py). A board with nothing to show is left out."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def build(ctx: Context) -> Section | None:
     else:
         boards = [heads.board(ctx), runs.board(ctx), episodes.board(ctx)]
     boards.insert(0, uses.board(ctx))  # an uncertainty experiment's answer to "what to use when" comes first
-    blocks: list = [b for b in boards if b is not None]
+    # The verdicts first: the ten-second read, then the boards they come from.
+    blocks: list = []
     found = verdicts.build(ctx)
     if found and ctx.others:
         where = f"this run's tree ({ctx.tree.name}, seed {ctx.tree.seed})"
@@ -29,4 +30,5 @@ def build(ctx: Context) -> Section | None:
         )
     if found:
         blocks.append(Claims(found))
+    blocks += [b for b in boards if b is not None]
     return Section(TITLE, blocks, ANCHOR) if blocks else None

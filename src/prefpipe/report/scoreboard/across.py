@@ -7,6 +7,8 @@ with the multi-turn board's columns."""
 
 from __future__ import annotations
 
+import re
+
 from prefpipe.common.stats import mean_sd
 from prefpipe.report import frames, seed_stats
 from prefpipe.report.document import Board, Cell, Claim
@@ -18,6 +20,17 @@ from prefpipe.report.stats import NA
 
 ITEMS = {k: ("ECE ↓" if k == "ece" else v) for k, v in compare.ITEMS.items()}
 NOTE = "mean ± sample sd over each experiment's trees (n = trees with a value)"
+N_SUFFIX = re.compile(r" \(n=(\d+)\)$")
+
+
+def shared_n(rows: list[list[Cell]]) -> tuple[list[list[Cell]], int | None]:
+    """When every figure on a board comes from the same number of trees, the rows without the per-cell "(n=k)"
+    and that k (said once in the title: narrower boards fit side by side); else the rows unchanged and None."""
+    found = {int(m.group(1)) for row in rows for c in row if (m := N_SUFFIX.search(c.text))}
+    if len(found) != 1:
+        return rows, None
+    stripped = [[Cell(N_SUFFIX.sub("", c.text), c.anchor, c.mark) for c in row] for row in rows]
+    return stripped, found.pop()
 
 
 def by_experiment(ctx: Context) -> dict[str, list]:
@@ -49,10 +62,12 @@ def heads_board(ctx: Context) -> Board | None:
     if not rows:
         return None
     shown = [i for i, item in enumerate(ITEMS, start=1) if any(r[i].text != NA for r in rows)]
+    rows, n = shared_n([[r[0], *(r[i] for i in shown)] for r in rows])
+    note = f"mean ± sample sd over {n} trees each" if n else NOTE
     return Board(
-        f"Reward heads ({'; '.join(benches)}): accuracy (%), {NOTE}",
+        f"Reward heads ({'; '.join(benches)}): accuracy (%), {note}",
         ["Head", *(list(ITEMS.values())[i - 1] for i in shown)],
-        [[r[0], *(r[i] for i in shown)] for r in rows],
+        rows,
         "★ best mean in its column within each experiment. ECE: lower is better.",
         anchor="scoreboard-heads",
     )
@@ -100,8 +115,9 @@ def runs_board(ctx: Context) -> Board | None:
     columns = ["Run", *(f"{d.capitalize()} change" for d in decodings), "Hacked"]
     if all(r[-1].text == runs.NO_RM for r in rows):  # no run evaluated with a reward model
         columns, rows = columns[:-1], [r[:-1] for r in rows]
+    rows, n = shared_n(rows)
     return Board(
-        "GRPO runs: held-out accuracy, trained − base (points), mean ± sd over trees",
+        f"GRPO runs: held-out accuracy, trained − base (points), mean ± sd over {f'{n} ' if n else ''}trees",
         columns,
         rows,
         f"▲ / ▼: every tree's interval above / below 0; ≈ otherwise. ⚠ {runs.HACKED_RULE} (in that many trees).",
