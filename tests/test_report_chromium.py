@@ -305,3 +305,33 @@ def test_the_uses_board_sits_on_the_first_screen_with_the_summaries_figures(
     )
     with pytest.raises(AssertionError, match="not within the first screen"):
         check_uses_fold(layout(browser, page, SIZES[0], tmp_path / "pushed"))
+
+
+@pytest.fixture(scope="module")
+def seeds_report(tmp_path_factory) -> tuple[Path, list[Path]]:
+    """Seed 0's report with seeds 1 and 2 compared (three trees of the same experiment, figures shifted)."""
+    base = tmp_path_factory.mktemp("chromium-seeds")
+    trees = []
+    for seed, shift in ((0, 0.0), (1, 0.02), (2, -0.015)):
+        root = base / f"seed-{seed}"
+        write_results_tree(root, seed=seed, shift=shift, reward_steps=4, grpo_steps=4, experiment="seeds")
+        trees.append(root)
+    compare = {f"seed-{i}": str(t) for i, t in enumerate(trees[1:], start=1)}
+    cfg = report_settings({"figure_dpi": 60, "compare": compare}, experiment="seeds", seed=0)
+    build(cfg, trees[0], trees[0] / "report", manifest())
+    return trees[0] / "report" / "report.html", trees
+
+
+def test_a_seeds_comparison_fits_the_first_screen_with_the_trees_mean_and_sd(browser, seeds_report, tmp_path):
+    """At 1366x768 a seeds comparison's scoreboard (verdicts, heads board, GRPO board) ends above the fold, and
+    its heads board as Chromium shows it holds each head's mean ± sample sd over the three trees' summaries
+    (numpy over the files, not the report's code)."""
+    page, trees = seeds_report
+    facts = layout(browser, page, SIZES[0], tmp_path)
+    check_layout(facts)
+    header, *rows = facts["boards"][0]
+    assert header[:2] == ["Head", "Overall"]
+    for row in rows:
+        values = [json.loads((t / "eval" / row[0] / "summary.json").read_text())["overall"] for t in trees]
+        want = f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}"
+        assert unmarked(row[1]) == want, row[0]
