@@ -34,6 +34,14 @@ COSTLY = (
     "tests/test_slurm_profiles.py",  # 26 s
     "tests/faults/test_checkpoints.py",  # 25 s
     "tests/faults/test_export_equals_eval.py",  # 23 s
+    # and the long tails of a two-worker run at load 5-10 (seconds there, about 3x the idle figure)
+    "tests/test_determinism.py",  # 124 s
+    "tests/test_transformers_api.py",  # 160 s
+    "tests/test_workflow_results_owner.py",  # 150 s
+    "tests/test_run_script.py",  # 80 s
+    "tests/test_active_workflow.py",  # 80 s
+    "tests/test_seeds.py",  # 69 s
+    "tests/test_ci_tiers.py",  # 120 s: pytest sessions of its own, two on two workers
 )
 
 
