@@ -74,16 +74,23 @@ echo "== pytest"
 # PREFPIPE_VLLM=0: the main virtualenv has no vLLM (its tests skip as the optional vLLM tier); with
 # PREFPIPE_VLLM=1 they run below, with the vLLM virtualenv's python, where under CI a skip fails.
 # --durations=40: every log lists the 40 slowest tests (set-up and tear-down included), where CI time goes.
-# The torch.compile tests run in a process of their own: inductor's compile workers segfaulted inside the long-lived
-# suite process (after some hundred tests; each file passes alone), and a crash there would lose the whole run.
-# Their compile threads stay in-process (TORCHINDUCTOR_COMPILE_THREADS=1).
+# Two pytest-xdist workers (PREFPIPE_TEST_WORKERS, 2: one per core of a 2-core CI machine; 0 runs in this one
+# process): most tests are one-threaded Python (tests/conftest.py sets one torch thread per test process) or wait
+# on subprocesses, so two at once cut the suite's wall time (docs/reference/CONFIGURATION.md gives the measured
+# figures). --dist loadfile keeps each file on one worker (its module fixtures are built once) and
+# tests/support/parallel.py puts the two files that start the one local SLURM cluster per machine in one unit,
+# costliest units first. The skip table (-ra), --durations and the CI skip policy read the workers' reports.
+# The torch.compile tests run in processes of their own: inductor's compile workers segfaulted inside the
+# long-lived suite process (after some hundred tests; each file passes alone), and a crash there would lose the
+# whole run. Their compile threads stay in-process (TORCHINDUCTOR_COMPILE_THREADS=1).
+PARALLEL=(-n "${PREFPIPE_TEST_WORKERS:-2}" --dist loadfile)
 COMPILED=(tests/test_backbone_execution.py tests/test_grpo_compiled_decode.py)
 if [ $# -eq 0 ]; then
-    PREFPIPE_VLLM=0 python -m pytest --durations=40 "${COMPILED[@]/#/--ignore=}"
-    echo "== pytest: the torch.compile tests, in their own process"
-    PREFPIPE_VLLM=0 TORCHINDUCTOR_COMPILE_THREADS=1 python -m pytest -q "${COMPILED[@]}"
+    PREFPIPE_VLLM=0 python -m pytest "${PARALLEL[@]}" --durations=40 "${COMPILED[@]/#/--ignore=}"
+    echo "== pytest: the torch.compile tests, in processes of their own"
+    PREFPIPE_VLLM=0 TORCHINDUCTOR_COMPILE_THREADS=1 python -m pytest "${PARALLEL[@]}" -q "${COMPILED[@]}"
 else
-    PREFPIPE_VLLM=0 python -m pytest --durations=40 "$@"
+    PREFPIPE_VLLM=0 python -m pytest "${PARALLEL[@]}" --durations=40 "$@"
 fi
 if [ "${PREFPIPE_VLLM:-0}" = "1" ]; then
     echo "== vLLM tier (PREFPIPE_VLLM=1)"

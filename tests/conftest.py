@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support import parallel
 from support.tiers import OPTIONAL_TIERS, declared, in_ci, need
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -39,6 +40,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under `-n N --dist loadfile` (scripts/test.sh): whole files per worker, SLURM files together, costliest
+    first (tests/support/parallel.py)."""
+    return parallel.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 CASES = """
 import pytest
@@ -30,11 +32,12 @@ def test_runs():
 """
 
 
-def _session(tmp_path: Path, ci: str | None, select: str) -> subprocess.CompletedProcess:
+def _session(tmp_path: Path, ci: str | None, select: str, *extra: str) -> subprocess.CompletedProcess:
     tests = tmp_path / "tests"
     (tests / "support").mkdir(parents=True, exist_ok=True)
     shutil.copy2(TESTS / "conftest.py", tests / "conftest.py")
-    shutil.copy2(TESTS / "support" / "tiers.py", tests / "support" / "tiers.py")
+    for name in ("tiers.py", "parallel.py"):
+        shutil.copy2(TESTS / "support" / name, tests / "support" / name)
     (tests / "test_cases.py").write_text(CASES)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PREFPIPE_SLOW")}
     env.update({"CI": ci} if ci else {})
@@ -47,13 +50,19 @@ def _session(tmp_path: Path, ci: str | None, select: str) -> subprocess.Complete
         "-p",
         "no:cacheprovider",
         *(["-k", select] if select else []),
+        *extra,
         str(tests),
     ]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_declared_tiers_pass_under_ci(tmp_path):
-    result = _session(tmp_path, "true", "slow or runs")
+# scripts/test.sh runs the suite on two xdist workers: the policy reads the reports the controller receives.
+WORKERS = pytest.mark.parametrize("workers", [(), ("-n", "2", "--dist", "loadfile")], ids=["serial", "xdist"])
+
+
+@WORKERS
+def test_declared_tiers_pass_under_ci(tmp_path, workers):
+    result = _session(tmp_path, "true", "slow or runs", *workers)
     assert result.returncode == 0, result.stdout
     assert "1 passed, 1 skipped" in result.stdout
 
@@ -64,8 +73,9 @@ def test_outside_ci_every_skip_only_skips(tmp_path):
     assert "1 passed, 3 skipped" in result.stdout and "the frobnicator is not installed" in result.stdout
 
 
-def test_under_ci_a_missing_requirement_fails_and_an_undeclared_skip_fails_the_session(tmp_path):
-    result = _session(tmp_path, "true", "")
+@WORKERS
+def test_under_ci_a_missing_requirement_fails_and_an_undeclared_skip_fails_the_session(tmp_path, workers):
+    result = _session(tmp_path, "true", "", *workers)
     assert result.returncode == 1, result.stdout
     assert (
         "FAILED tests/test_cases.py::test_a_missing_requirement - Failed: CI=true requires it: the "
