@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from support.results_tree import manifest, write_results_tree
+from support.results_tree import manifest, write_results_tree, write_seed_trees
 from support.scoreboard import head_cells, unmarked
 from support.settings import report_settings
 from support.tiers import need
@@ -310,13 +310,7 @@ def test_the_uses_board_sits_on_the_first_screen_with_the_summaries_figures(
 @pytest.fixture(scope="module")
 def seeds_report(tmp_path_factory) -> tuple[Path, list[Path]]:
     """Seed 0's report with seeds 1 and 2 compared (three trees of the same experiment, figures shifted)."""
-    base = tmp_path_factory.mktemp("chromium-seeds")
-    trees = []
-    for seed, shift in ((0, 0.0), (1, 0.02), (2, -0.015)):
-        root = base / f"seed-{seed}"
-        write_results_tree(root, seed=seed, shift=shift, reward_steps=4, grpo_steps=4, experiment="seeds")
-        trees.append(root)
-    compare = {f"seed-{i}": str(t) for i, t in enumerate(trees[1:], start=1)}
+    trees, compare = write_seed_trees(tmp_path_factory.mktemp("chromium-seeds"))
     cfg = report_settings({"figure_dpi": 60, "compare": compare}, experiment="seeds", seed=0)
     build(cfg, trees[0], trees[0] / "report", manifest())
     return trees[0] / "report" / "report.html", trees

@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from support.results_tree import QUALITY, RUNS, manifest, write_results_tree
+from support.results_tree import QUALITY, RUNS, manifest, write_results_tree, write_seed_trees
 from support.scoreboard import head_cells, paired_change
 from support.settings import report_settings
 
@@ -155,12 +155,7 @@ def test_without_grpo_or_a_bayesian_head_those_columns_and_verdicts_are_left_out
 
 
 def test_a_seeds_comparison_shows_mean_and_sd_over_the_trees(tmp_path):
-    trees = []
-    for seed, shift in ((0, 0.0), (1, 0.02), (2, -0.015)):
-        root = tmp_path / f"seed-{seed}"
-        write_results_tree(root, seed=seed, shift=shift, reward_steps=4, grpo_steps=4, experiment="seeds")
-        trees.append(root)
-    compare = {f"seed-{i}": str(t) for i, t in enumerate(trees[1:], start=1)}
+    trees, compare = write_seed_trees(tmp_path)
     doc = _doc(trees[0], compare=compare)
     heads = _rows(_boards(doc)["scoreboard-heads"])
     for head in HEADS:

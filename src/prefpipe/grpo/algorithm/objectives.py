@@ -52,6 +52,12 @@ class ObjectiveInputs:
         """log r_t in fp32, 0 off the loss mask, clamped (kl.masked_log_ratio with pi in the numerator)."""
         return masked_log_ratio(self.old_logp, self.logp, self.mask, self.clamp)
 
+    def masked_logp(self) -> torch.Tensor:
+        """log pi_theta in fp32, 0 off the loss mask (with gradient on it)."""
+        return torch.where(
+            self.mask.bool(), self.logp.float(), torch.zeros_like(self.logp, dtype=torch.float32)
+        )
+
 
 Clip = dict[str, torch.Tensor]
 Objective = Callable[[ObjectiveInputs], tuple[torch.Tensor, Clip]]
@@ -87,7 +93,7 @@ def sequence_log_ratio(log_ratio: torch.Tensor, ratio_mask: torch.Tensor) -> tor
 @register_objective("gspo")
 def gspo(x: ObjectiveInputs) -> tuple[torch.Tensor, Clip]:
     log_s = sequence_log_ratio(x.log_ratio(), x.ratio_mask).detach()
-    logp = torch.where(x.mask.bool(), x.logp.float(), torch.zeros_like(x.logp, dtype=torch.float32))
+    logp = x.masked_logp()
     # value s on every token, gradient s * grad log pi_theta(t): the sum last keeps log s exact (verl's order)
     return _min_clipped(torch.exp(logp - logp.detach() + log_s), x)
 
@@ -97,8 +103,7 @@ def cispo(x: ObjectiveInputs) -> tuple[torch.Tensor, Clip]:
     ratio = torch.exp(x.log_ratio()).detach()
     weight = ratio.clamp(1.0 - x.eps_low, 1.0 + x.eps_high)
     adv = x.advantages.float()[:, None]
-    logp = torch.where(x.mask.bool(), x.logp.float(), torch.zeros_like(x.logp, dtype=torch.float32))
-    return -weight * adv * logp, _clip_flags(ratio, x, adv)
+    return -weight * adv * x.masked_logp(), _clip_flags(ratio, x, adv)
 
 
 def objective_loss(name: str, x: ObjectiveInputs) -> tuple[torch.Tensor, Clip]:
