@@ -11,7 +11,7 @@ import pandas as pd
 from prefpipe.common.stats import mean_sd
 from prefpipe.report import frames, seed_stats
 from prefpipe.report.document import Board, Cell
-from prefpipe.report.scoreboard.across import by_experiment
+from prefpipe.report.scoreboard.across import by_experiment, shared_n
 from prefpipe.report.scoreboard.episodes import LINK, PRIMARY_MEASURES, find
 from prefpipe.report.scoreboard.marks import side_mark
 from prefpipe.report.scoreboard.runs import ordered_decodings
@@ -73,8 +73,9 @@ def board(ctx: Context) -> Board | None:
             rows.append(row)
     columns = ["Run", *(f"Exact match, {d}" for d in decodings)]
     columns += [f"{m[0].upper()}{m[1:]}, primary" for m in PRIMARY_MEASURES]
+    rows, n = shared_n(rows)
     return Board(
-        "Multi-turn runs: held-out questions, trained − base, mean ± sd over trees",
+        f"Multi-turn runs: held-out questions, trained − base, mean ± sd over {f'{n} ' if n else ''}trees",
         columns,
         rows,
         "▲ / ▼: every tree's paired interval above / below 0; ≈ otherwise. Exact match, F1 and support recall "
