@@ -6,9 +6,10 @@ ratio rho = exp(log pi - log pi_old) (1 on the step's first pass, where pi_old =
 active, the advantage, the per-token k3 KL, the sampling engine's importance weight w_t when an engine such as
 vLLM sampled the step, and the token's contribution to the loss. The per-token loss
 l_t = w_t * objective_t + beta * KL_t (objective_t of grpo.policy_objective, e.g. -min(rho A, clip(rho) A);
-grpo/algorithm/objectives.py) is the trainer's own (grpo/algorithm/update.py `micro_batch_loss`); the contribution is l_t times the weight d loss / d l_t of the configured aggregation
-(grpo.loss_type, from the registry in grpo/algorithm/losses.py, taken by autograd): every aggregation is linear in
-the l_t, so the contributions add up to the loss exactly. The spans (micro-batches, masks) are the trainer's own
+grpo/algorithm/objectives.py) is the trainer's own (grpo/algorithm/update.py `micro_batch_loss`); the
+contribution is l_t times the weight d loss / d l_t of the configured aggregation (grpo.loss_type, from the
+registry in grpo/algorithm/losses.py, taken by autograd): every aggregation is linear in the l_t, so the
+contributions add up to the loss exactly. The spans (micro-batches, masks) are the trainer's own
 (grpo/algorithm/spans.py), so the table's loss is the trainer's first-pass loss for that step.
 """
 

@@ -1,6 +1,7 @@
 """Episodes for a step's prompts on the plain engine: prompts written by the tool format (the tags: as
-single-turn rollouts are, generation/tokens.py; chat_template: with the tool schemas), one environment runner per row, the batched decode (decode.py), the `Rollout` the
-trainer takes (episode.py) and the step's episode metrics."""
+single-turn rollouts are, generation/tokens.py; chat_template: with the tool schemas), one environment runner
+per row, the batched decode (decode.py), the `Rollout` the trainer takes (episode.py) and the step's episode
+metrics."""
 
 from __future__ import annotations
 
