@@ -76,8 +76,8 @@ echo "== pytest"
 # --durations=40: every log lists the 40 slowest tests (set-up and tear-down included), where CI time goes.
 # Two pytest-xdist workers (PREFPIPE_TEST_WORKERS, 2: one per core of a 2-core CI machine; 0 runs in this one
 # process): most tests are one-threaded Python (tests/conftest.py sets one torch thread per test process) or wait
-# on subprocesses, so two at once cut the suite's wall time (docs/reference/CONFIGURATION.md gives the measured
-# figures). --dist loadfile keeps each file on one worker (its module fixtures are built once) and
+# on subprocesses, so two at once cut the suite's wall time (docs/guide/install.md gives the measured figures).
+# --dist loadfile keeps each file on one worker (its module fixtures are built once) and
 # tests/support/parallel.py puts the two files that start the one local SLURM cluster per machine in one unit,
 # costliest units first. The skip table (-ra), --durations and the CI skip policy read the workers' reports.
 # The torch.compile tests run in processes of their own: inductor's compile workers segfaulted inside the
