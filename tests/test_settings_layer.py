@@ -69,8 +69,9 @@ def test_each_stage_setting_is_the_value_in_config_yaml():
     """Every field of every stage's settings comes from config.yaml, and every key there reaches a stage."""
     raw = read_config_file(REPO / "config" / "config.yaml")
     settings = PipelineSettings.from_config(copy.deepcopy(raw))
-    # demonstrations_needed is derived (base.sft.enabled), not a key of its own
-    assert _without_run_keys(to_mapping(settings.data), "demonstrations_needed") == raw["data"]
+    # demonstrations_needed (base.sft.enabled) and multihop_alongside (a run's prompts) are derived, not keys
+    derived = ("demonstrations_needed", "multihop_alongside")
+    assert _without_run_keys(to_mapping(settings.data), *derived) == raw["data"]
     assert _without_run_keys(to_mapping(settings.base)) == raw["base"]
     report = {k: v for k, v in raw["report"].items() if k != "enabled"}
     # the report's ablation reference and broken variant are derived from their one owner, `ablation`

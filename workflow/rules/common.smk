@@ -182,6 +182,8 @@ def base_inputs():
     inputs = {}
     if SETTINGS.base.sft.enabled:
         inputs["demonstrations"] = f"{RESULTS}/data/demonstrations.jsonl"
+    if multihop_world_built() and SETTINGS.base.source == "scratch":
+        inputs["whole_words"] = f"{RESULTS}/data/whole_words.json"
     ref = base_pretrained_ref()
     if ref is not None:
         inputs |= model_input(*ref)
@@ -422,7 +424,31 @@ def prep_data_outputs():
     }
     if SETTINGS.data.demonstrations_needed:
         outputs["demonstrations"] = f"{RESULTS}/data/demonstrations.jsonl"
+    if SETTINGS.data.multihop_alongside:
+        outputs["multihop_train"] = f"{RESULTS}/data/multihop/rl_prompts_train.jsonl"
+        outputs["multihop_heldout"] = f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl"
+    if multihop_world_built():
+        outputs["whole_words"] = f"{RESULTS}/data/whole_words.json"
     return outputs
+
+
+def multihop_world_built():
+    """Whether prep_data builds the multi-hop world (its questions are data.prompts, or a run's prompts)."""
+    return SETTINGS.data.prompts.source == "multihop" or SETTINGS.data.multihop_alongside
+
+
+def run_prompts(run):
+    """A GRPO run's RL prompt files, {rl_train, rl_heldout}: data.prompts', or the multi-hop world's
+    (grpo.<run>.prompts: multihop) where prep_data writes them beside data.prompts'."""
+    if SETTINGS.grpo[run].prompts == "multihop" and SETTINGS.data.multihop_alongside:
+        return {
+            "rl_train": f"{RESULTS}/data/multihop/rl_prompts_train.jsonl",
+            "rl_heldout": f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl",
+        }
+    return {
+        "rl_train": f"{RESULTS}/data/rl_prompts_train.jsonl",
+        "rl_heldout": f"{RESULTS}/data/rl_prompts_heldout.jsonl",
+    }
 
 
 def data_files():

@@ -5,8 +5,7 @@ wildcard_constraints:
 rule train_grpo:
     input:
         unpack(lambda wildcards: grpo_reward_input(wildcards.run)),
-        rl_train=rules.prep_data.output.rl_train,
-        rl_heldout=rules.prep_data.output.rl_heldout,
+        unpack(lambda wildcards: run_prompts(wildcards.run)),
         policy=rules.build_base.output.model,
     output:
         policy=directory(f"{RESULTS}/grpo/{{run}}/policy"),
@@ -52,8 +51,7 @@ rule train_grpo:
 rule eval_policy:
     input:
         unpack(lambda wildcards: grpo_reward_input(wildcards.run)),
-        rl_train=rules.prep_data.output.rl_train,
-        rl_heldout=rules.prep_data.output.rl_heldout,
+        unpack(lambda wildcards: run_prompts(wildcards.run)),
         base=rules.build_base.output.model,
         policy=rules.train_grpo.output.policy,
     output:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.common.stage import PathArg, check_path
 from prefpipe.common.torch_runtime.device import resolve_device
 from prefpipe.common.torch_runtime.seeding import seed_everything
+from prefpipe.data.synthetic_multihop import WHOLE_WORDS_FILE
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import to_mapping
 
@@ -42,6 +44,13 @@ def corpus_texts(data_dir: Path) -> list[str]:
     for row in read_jsonl(data_dir / "rl_prompts_train.jsonl"):
         texts.append(row["prompt"])
     return texts
+
+
+def whole_words(data_dir: Path) -> list[str]:
+    """Words the scratch tokenizer keeps whole (prep_data writes them beside a world whose names a policy copies,
+    prefpipe.data.synthetic_multihop); none when the file is absent."""
+    path = data_dir / WHOLE_WORDS_FILE
+    return list(json.loads(path.read_text(encoding="utf-8"))["words"]) if path.exists() else []
 
 
 def pretrained_source(settings: BaseSettings, given: str | None) -> str:
@@ -69,7 +78,10 @@ def make_model(
 ) -> tuple[Any, Any, dict[str, Any]]:
     if settings.source == "scratch":
         tokenizer = train_tokenizer(
-            corpus_texts(data_dir), settings.tokenizer.vocab_size, settings.model.max_position_embeddings
+            corpus_texts(data_dir),
+            settings.tokenizer.vocab_size,
+            settings.model.max_position_embeddings,
+            whole_words(data_dir),
         )
         model = build_tiny_llama(settings.model, tokenizer, settings.seed)
         return model, tokenizer, {"pad_added": False}

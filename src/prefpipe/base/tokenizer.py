@@ -3,16 +3,18 @@
 Pre-tokenisation isolates whitespace runs, letter runs, single digits and punctuation runs, so a word is the
 same token wherever it appears ("cat" in the prompt and at the start of the answer) and numbers are spelled
 digit by digit; both make copying and arithmetic easier for a tiny model. Byte-level encoding keeps every
-string representable and decoding exact. BOS comes from the chat template (not a post-processor), so
+string representable and decoding exact. `whole_words` (a world's names, data/whole_words.json) become added
+tokens that match only as whole words: BPE with a few hundred merges spends them on the corpus's most frequent
+words, so a name a policy must copy could otherwise be split differently in different corpora. BOS comes from the chat template (not a post-processor), so
 tokenising a bare response never inserts a BOS in the middle of a sequence; PAD is distinct from EOS so
 padding is never mistaken for the end of a response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
@@ -28,8 +30,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
-    """Train BPE on `texts` (vocab_size includes the 256 bytes and the special tokens)."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, model_max_length: int, whole_words: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """Train BPE on `texts` (vocab_size includes the 256 bytes and the special tokens), then add `whole_words`
+    as one token each (beyond vocab_size; matched only where the word stands alone: "Ada" in "Ada," not "Adam")."""
     minimum = len(pre_tokenizers.ByteLevel.alphabet()) + len(SPECIAL_TOKENS)
     if vocab_size < minimum:
         raise ValueError(
@@ -50,6 +55,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken(w, single_word=True, normalized=False) for w in whole_words])
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from prefpipe.common.config import ConfigError
-from prefpipe.common.io import write_jsonl
+from prefpipe.common.io import atomic_write_json, write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.data.normalize import check_overlap, prompt_overlap, train_test_overlap
-from prefpipe.data.synthetic_multihop import multihop_world
+from prefpipe.data.synthetic_multihop import NAME_WORDS, WHOLE_WORDS_FILE, multihop_world
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import MULTIHOP, DataSettings
@@ -20,6 +20,8 @@ from prefpipe.settings.sections import subset_sections
 
 log = logging.getLogger("prefpipe.prep_data")
 FILES = ("pairs_train", "pairs_test", "demonstrations", "rl_prompts_train", "rl_prompts_heldout")
+# results/data/multihop: the world's questions beside data.prompts' (data.multihop_alongside)
+MULTIHOP_DIR = MULTIHOP
 
 
 def output_files(settings: DataSettings) -> tuple[str, ...]:
@@ -78,7 +80,7 @@ def _load(settings: DataSettings, parts: frozenset[str]) -> tuple[World, dict | 
         )
     prompts_report: dict[str, Any] = {"source": "synthetic"}
     if settings.prompts.source == MULTIHOP:
-        prompts_report = _multihop(settings, world)
+        world.rl_prompts_train, world.rl_prompts_heldout, prompts_report = _multihop(settings, world)
     elif settings.prompts.source != "synthetic":
         from prefpipe.data.rl_prompts import load_rl_prompt_rows
 
@@ -88,9 +90,9 @@ def _load(settings: DataSettings, parts: frozenset[str]) -> tuple[World, dict | 
     return world, report, prompts_report
 
 
-def _multihop(settings: DataSettings, world: World) -> dict[str, Any]:
-    """The multi-hop world's questions as the RL prompts and its episodes added to the SFT demonstrations (when
-    the base trains on them); the prompts' report."""
+def _multihop(settings: DataSettings, world: World) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """The multi-hop world's (train, held-out) questions and their report; its episodes are added to the SFT
+    demonstrations (when the base trains on them)."""
     world_settings = settings.multihop
     demonstrations = world_settings.demonstrations if settings.demonstrations_needed else 0
     train, held, demos = multihop_world(
@@ -101,24 +103,28 @@ def _multihop(settings: DataSettings, world: World) -> dict[str, Any]:
         world_settings.distractors,
         world_settings.shortcut_rate,
     )
-    world.rl_prompts_train, world.rl_prompts_heldout = train, held
     world.demonstrations = [*world.demonstrations, *demos]
-    return {
-        "source": MULTIHOP,
-        "multihop": {
-            "train": len(train),
-            "heldout": len(held),
-            "demonstrations": len(demos),
-            "distractors": world_settings.distractors,
-            "shortcut_demonstrations": sum(d["shortcut"] for d in demos),
+    return (
+        train,
+        held,
+        {
+            "source": MULTIHOP,
+            "multihop": {
+                "train": len(train),
+                "heldout": len(held),
+                "demonstrations": len(demos),
+                "distractors": world_settings.distractors,
+                "shortcut_demonstrations": sum(d["shortcut"] for d in demos),
+            },
         },
-    }
+    )
 
 
 def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
     """Generate or load every asked file into `out`; return the summary (also written by the caller's record)."""
     parts = world_parts(settings)
     world, report, prompts_report = _load(settings, parts)
+    alongside = _multihop(settings, world) if settings.multihop_alongside else None
     overlap = _check_leakage(settings, world, report)
     present = {r["subset"] for r in world.pairs_train} | {r["subset"] for r in world.pairs_test}
     sections, cyclic = settings.sections, settings.cyclic_subsets
@@ -128,7 +134,16 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
     rows = {name: getattr(world, name) for name in output_files(settings)}
     for name, file_rows in rows.items():
         write_jsonl(out / f"{name}.jsonl", file_rows)
-    return _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
+    if alongside is not None:
+        train, held, _ = alongside
+        write_jsonl(out / MULTIHOP_DIR / "rl_prompts_train.jsonl", train)
+        write_jsonl(out / MULTIHOP_DIR / "rl_prompts_heldout.jsonl", held)
+    if prompts_report["source"] == MULTIHOP or alongside is not None:
+        atomic_write_json(out / WHOLE_WORDS_FILE, {"words": list(NAME_WORDS)})
+    summary = _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
+    if alongside is not None:
+        summary["multihop_prompts"] = alongside[2] | {"folder": MULTIHOP_DIR}
+    return summary
 
 
 def _check_leakage(settings: DataSettings, world: World, report: dict[str, Any] | None) -> dict[str, Any]:

@@ -44,6 +44,10 @@ ADJECTIVES = ("Red", "Blue", "Gold", "Iron", "Oak", "Pine", "Grey", "Green", "No
 NOUNS = ("Mill", "Forge", "Field", "Bridge", "Gate", "Peak", "Yard", "Port", "Lake", "Hill", "Works", "Labs")
 FIRST_NAMES = ("Ada", "Ben", "Cal", "Dan", "Eve", "Fay", "Gus", "Ida", "Jay", "Kim", "Max", "Ned")
 SURNAMES = ("Hale", "Reed", "Park", "Lowe", "Moss", "Nash", "Pike", "Rowe", "Snow", "Tate", "Ward", "Shaw")
+# The words a name is made of: prep_data writes them to WHOLE_WORDS_FILE, and a scratch tokenizer keeps each one
+# token whatever else its corpus holds (prefpipe.base.tokenizer), so copying a name is copying its tokens.
+NAME_WORDS = ADJECTIVES + NOUNS + FIRST_NAMES + SURNAMES
+WHOLE_WORDS_FILE = "whole_words.json"
 TEMPLATES = ("Who mentored the founder of {company}?",)
 KIND = "exact_match"
 HELDOUT_SHARE = 0.25

@@ -36,7 +36,8 @@ class SyntheticWorldSettings:
 
 @dataclass
 class MultihopWorldSettings:
-    """The synthetic multi-hop world (prefpipe.data.synthetic_multihop), read when prompts.source is multihop."""
+    """The synthetic multi-hop world (prefpipe.data.synthetic_multihop), read when prompts.source is multihop or
+    a GRPO run trains on it (grpo.<run>.prompts: multihop)."""
 
     train: int  # RL training questions
     heldout: int  # held-out questions (their own companies and persons)
@@ -148,7 +149,7 @@ class PromptSourceSettings:
 @dataclass
 class DataSettings(RunSettings):
     stage_schema: ClassVar[str] = "data.schema.yaml"
-    derived_keys: ClassVar[tuple[str, ...]] = ("demonstrations_needed",)
+    derived_keys: ClassVar[tuple[str, ...]] = ("demonstrations_needed", "multihop_alongside")
 
     source: str  # synthetic | hf | jsonl | json | parquet
     bad_rows: str  # drop | error
@@ -161,6 +162,9 @@ class DataSettings(RunSettings):
     cyclic_subsets: list[str]
     # Derived by the settings layer, not a config key: base.sft.enabled (nothing else reads demonstrations).
     demonstrations_needed: bool
+    # Derived: a GRPO run trains on the multi-hop world (grpo.<run>.prompts: multihop) while data.prompts is
+    # another source, so prep_data writes the world's questions to results/data/multihop as well.
+    multihop_alongside: bool
 
     def check(self) -> None:
         self.external.check(self.source)

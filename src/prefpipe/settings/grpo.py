@@ -102,6 +102,7 @@ class GrpoSettings(RunSettings):
     beta: float
     kl_estimator: str
     log_ratio_clamp: float | None
+    prompts: str  # main (data.prompts) | multihop (the synthetic multi-hop world's questions)
     policy_objective: str  # ppo_clip | gspo | cispo (grpo/algorithm/objectives.py)
     loss_type: str
     scale_rewards: str

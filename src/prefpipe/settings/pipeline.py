@@ -24,7 +24,7 @@ from prefpipe.settings.ablation_variants import fix_variant_names, with_ablation
 from prefpipe.settings.active import ActiveLearningSettings
 from prefpipe.settings.base import BaseSettings
 from prefpipe.settings.build import to_mapping
-from prefpipe.settings.data import DataSettings
+from prefpipe.settings.data import MULTIHOP, DataSettings
 from prefpipe.settings.evaluation import SYNTHETIC_SOURCE, EvalSettings, benchmark_entries
 from prefpipe.settings.grpo import GrpoSettings
 from prefpipe.settings.hypotheses import HypothesesSettings
@@ -95,14 +95,20 @@ class PipelineSettings:
         def stage(cls_: type[T], section: dict[str, Any], key: str, **extra: Any) -> T:
             return build_stage(cls_, {**run, **extra, **section}, key)
 
-        # data first: its checks (a test part that is the training part, a missing path) name data keys
-        data = stage(DataSettings, raw["data"], "data", demonstrations_needed=raw["base"]["sft"]["enabled"])
         reward_section, grpo_section = raw["reward"], raw["grpo"]
-        declared = list(reward_section["variants"])
-        variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
         # grpo.only is checked against the declared runs even when grpo.enabled is false (then nothing runs)
         runs = _narrow(list(grpo_section["runs"]), grpo_section["only"], "grpo.only", "grpo.runs")
         runs = runs if grpo_section["enabled"] else []
+        # data next: its checks (a test part that is the training part, a missing path) name data keys
+        data = stage(
+            DataSettings,
+            raw["data"],
+            "data",
+            demonstrations_needed=raw["base"]["sft"]["enabled"],
+            multihop_alongside=_multihop_alongside(raw, runs),
+        )
+        declared = list(reward_section["variants"])
+        variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
         grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
         _check_reward_models(grpo, (variants, declared, raw["eval"]["ensembles"]), grpo_section["runs"])
@@ -176,6 +182,15 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
     schema.validate(raw)  # the whole config once; the stages built from it are not validated again
     with_ablation_variants(raw)  # reward.variants gains the ablation's variants, derived from its fixes
     return raw
+
+
+def _multihop_alongside(raw: dict[str, Any], runs: list[str]) -> bool:
+    """Whether the multi-hop world's questions are a second prompt set beside data.prompts: some run of these
+    trains on them (grpo.<run>.prompts: multihop) and data.prompts is not already that world."""
+    if raw["data"]["prompts"]["source"] == MULTIHOP:
+        return False
+    defaults = raw["grpo"]["defaults"]
+    return any(deep_merge(defaults, raw["grpo"]["runs"][run])["prompts"] == MULTIHOP for run in runs)
 
 
 def _members(
