@@ -12,6 +12,7 @@ from prefpipe.report import frames
 from prefpipe.report.document import Claim
 from prefpipe.report.scoreboard import across, heads, runs
 from prefpipe.report.sections import Context, ablation, rewardbench
+from prefpipe.report.sections.episodes import episode_runs
 from prefpipe.report.stats import pct, pts
 
 
@@ -82,9 +83,12 @@ def fix(ctx: Context) -> Claim | None:
 
 
 def grpo(ctx: Context) -> Claim | None:
-    """The run whose primary decoding improved most (an interval above 0), else the largest change said as such."""
+    """The run whose primary decoding improved most (an interval above 0), else the largest change said as such.
+    Single-turn runs only where there are any: a multi-turn run's held-out set is another task (the multi-hop
+    world's questions), whose figures its own board shows."""
+    multi_turn = set(episode_runs(ctx))
     found = []
-    for run in ctx.runs:
+    for run in [r for r in ctx.runs if r not in multi_turn] or list(ctx.runs):
         primary = (ctx.tree.summary("policy_eval", run) or {}).get(gm.DECODING)
         by_decoding = runs.changes(ctx, run)
         decoding = primary if primary in by_decoding else next(iter(by_decoding), None)
