@@ -100,13 +100,7 @@ class PipelineSettings:
         runs = _narrow(list(grpo_section["runs"]), grpo_section["only"], "grpo.only", "grpo.runs")
         runs = runs if grpo_section["enabled"] else []
         # data next: its checks (a test part that is the training part, a missing path) name data keys
-        data = stage(
-            DataSettings,
-            raw["data"],
-            "data",
-            demonstrations_needed=raw["base"]["sft"]["enabled"],
-            multihop_alongside=_multihop_alongside(raw, runs),
-        )
+        data = _data(stage, raw, runs)
         declared = list(reward_section["variants"])
         variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
@@ -182,6 +176,18 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
     schema.validate(raw)  # the whole config once; the stages built from it are not validated again
     with_ablation_variants(raw)  # reward.variants gains the ablation's variants, derived from its fixes
     return raw
+
+
+def _data(stage: Any, raw: dict[str, Any], runs: list[str]) -> DataSettings:
+    """The data stage's settings with its derived keys: demonstrations when the base SFTs, the multi-hop world
+    beside data.prompts when a run trains on it."""
+    return stage(
+        DataSettings,
+        raw["data"],
+        "data",
+        demonstrations_needed=raw["base"]["sft"]["enabled"],
+        multihop_alongside=_multihop_alongside(raw, runs),
+    )
 
 
 def _multihop_alongside(raw: dict[str, Any], runs: list[str]) -> bool:
