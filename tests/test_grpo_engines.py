@@ -142,3 +142,9 @@ def test_vllm_engine_length_past_the_models_positions_is_allowed_with_a_warning(
         assert _allow_model_len(longer, policy) == 266
     assert os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     assert "exceeds the policy's max_position_embeddings (256)" in caplog.text
+    # a multi-turn run samples a whole episode after the prompt: max_episode_tokens, not max_new_tokens
+    multi = grpo_settings(
+        {"max_prompt_length": 100, "max_new_tokens": 8, "episodes": {"enabled": True, "max_episode_tokens": 150},
+         "rewards": [{"type": "exact_match", "weight": 1.0}]}
+    )  # fmt: skip
+    assert _allow_model_len(multi, policy) == 250
