@@ -152,16 +152,17 @@ def _against(row: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 def picks_table(
     root: Path, facts: dict[str, Pair], strategies: list[str], seeds: list[int], rounds: int
 ) -> dict[str, Any]:
-    """The `picks` part of active_learning/summary.json: every strategy's figures, random's difference beside."""
-    kinds = sorted({pair.kind for pair in facts.values()})
-    table = {
-        strategy: strategy_picks(
-            {seed: seed_rounds(root, facts, strategy, seed, rounds) for seed in seeds}, kinds
-        )
-        for strategy in strategies
-    }
+    """The `picks` part of active_learning/summary.json, read from the rounds' selection.json files."""
+    selected = {s: {seed: seed_rounds(root, facts, s, seed, rounds) for seed in seeds} for s in strategies}
+    return summarize_picks(selected, sorted({pair.kind for pair in facts.values()}))
+
+
+def summarize_picks(selected: dict[str, dict[int, list[dict[str, Any]]]], kinds: list[str]) -> dict[str, Any]:
+    """strategy -> seed -> round_picks of its rounds: every strategy's figures, random's difference beside."""
+    table = {strategy: strategy_picks(per_seed, kinds) for strategy, per_seed in selected.items()}
     if REFERENCE in table:
         for strategy, row in table.items():
             if strategy != REFERENCE:
                 row["against_random"] = _against(row, table[REFERENCE])
-    return {"reference": REFERENCE if REFERENCE in table else None, "rounds": rounds - 1, "strategies": table}
+    rounds = len(next(iter(next(iter(selected.values()), {}).values()), []))
+    return {"reference": REFERENCE if REFERENCE in table else None, "rounds": rounds, "strategies": table}
