@@ -125,6 +125,10 @@ def test_picks_table_means_over_seeds_and_the_difference_to_random(tmp_path):
     assert bgpm["kind_total"]["B"]["values"] == [3.0, 3.0] and bgpm["kind_total"]["C"]["values"] == [1.0, 1.0]
     assert bgpm["per_round"][0]["distinct_prompts"]["values"] == [3.0, 2.0]
     assert "against_random" not in random
+    with pytest.raises(
+        DataError, match=r"random/seed0/round3/data/selection.json: missing \(round 3 of random"
+    ):
+        picks_table(root, facts, ["random"], [0], 4)  # a round not selected yet
 
 
 def test_rows_without_a_flip_marker_give_no_flipped_count():

@@ -105,6 +105,8 @@ def seed_rounds(
     out = []
     for r in range(1, rounds):
         path = Path(round_dir(str(root), strategy, seed, r)) / "data" / SELECTION
+        if not path.is_file():
+            raise DataError(f"{path}: missing (round {r} of {strategy}, seed {seed} has not selected yet)")
         selection = read_json(path)
         out.append(round_picks(facts, list(selection["labelled"]), list(selection["added"]), str(path)))
     return out
