@@ -25,13 +25,11 @@ import pandas as pd
 
 from prefpipe.active.labelled import SELECTION, training_rows
 from prefpipe.active.layout import round_dir
-from prefpipe.active.picks import pair_facts, picks_table
+from prefpipe.active.picks import REFERENCE, pair_facts, picks_table
 from prefpipe.active.pool_scores import SCORES, TEST_SPLIT
 from prefpipe.active.select import SCORE
 from prefpipe.common.io import read_json
 from prefpipe.settings.active import ActiveLearningSettings
-
-REFERENCE = "random"  # the strategy whose final accuracy is the target
 
 
 def labels_to_reach(labels: Sequence[float], accuracy: Sequence[float], target: float) -> float | None:

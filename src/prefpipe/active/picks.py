@@ -34,7 +34,7 @@ from prefpipe.common.io import read_json
 from prefpipe.common.stats import mean_sd
 from prefpipe.data.synthetic_noise import FLIPPED
 
-REFERENCE = "random"
+REFERENCE = "random"  # the baseline: the curve's target (prefpipe.active.curve) and the picks' comparison
 KIND = "subset"
 COUNTS = ("picks", "distinct_prompts", "shared_prompt", "prompt_labelled", "flipped")
 FIGURES = (*COUNTS, "kinds", "kind_entropy")
