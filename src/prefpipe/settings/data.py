@@ -100,6 +100,7 @@ class PromptSourceSettings:
     prompt_field: str
     answer_field: str | None  # null: prompts without answers (verifier none)
     aliases_field: str | None  # a list of accepted alternative answers
+    paragraphs_field: str | None  # the row's candidate paragraphs (a multi-turn run's corpus: row)
     id_field: str | None  # null: ids from row numbers
     solution_field: str  # worked solutions with <<a op b=c>> annotations (derive: calculator_steps)
     verifier: str  # a registered verifier (prefpipe.data.verifier) every row is graded with; none: no answers
