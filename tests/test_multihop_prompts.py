@@ -111,3 +111,99 @@ def test_paragraphs_without_title_or_flag_read_as_empty_title_and_not_supporting
     (row,), _, _ = load_rl_prompt_rows(cfg.prompts, "error", cfg.seed)
     assert row["paragraphs"] == [{"title": "", "text": "x is here.", "is_supporting": False}]
     assert "hops" not in row
+
+
+# ----------------------------------------------------------------------------------------- demonstrations
+def _demo_settings(shared_data: Path, max_chars: int = 400, **demos):
+    train, test = (shared_data / f"multihop_musique_{part}.jsonl" for part in ("train", "test"))
+    spec = {
+        "path": str(shared_data / "multihop_hotpotqa_train.jsonl"),
+        "max_result_chars": max_chars,
+        **demos,
+    }
+    overlay = {
+        "prompts": {"source": "jsonl", "path": str(train), "test_path": str(test), **KEYS},
+        "synthetic": {"pairs_per_subset_train": 2, "pairs_per_subset_test": 1},
+    }
+    overlay["prompts"] |= {"instruction": "Search, then answer.", "demonstrations": spec}
+    return data_settings(overlay, base={"sft": {"enabled": True, "chosen_from_pairs": False}})
+
+
+def test_demonstrations_from_real_hotpotqa_rows_match_the_real_search_environment(shared_data, tmp_path):
+    """prep_data writes only the file's demonstrations; each search names a supporting title, each result is
+    what the real search environment (top 1) and its runner's cut return for that title, rendered by the tag
+    format, and every kept demonstration's results show its answer (checked by the episode measure)."""
+    from prefpipe.data.prepare import prepare
+    from prefpipe.grpo.environments.base import EnvironmentRunner, Observation
+    from prefpipe.grpo.rollout.episodes.episode import Episode
+    from prefpipe.grpo.rollout.episodes.format import TagFormat
+    from prefpipe.grpo.rollout.episodes.measures import answer_found
+
+    cfg = _demo_settings(shared_data)
+    summary = prepare(cfg, tmp_path)
+    demos = read_jsonl(tmp_path / "demonstrations.jsonl")
+    report = summary["rl_prompts"]["demonstrations"]
+    assert summary["built"]["synthetic_world"] == ["pairs"] and summary["demonstrations"]["n"] == len(demos)
+    assert report["rows_read"] == 100 == len(demos) + sum(report["dropped"].values())
+    assert len(demos) >= 80  # most HotpotQA rows show their answer within 400 characters
+    source = {f"demo-{r['id']}": r for r in read_jsonl(shared_data / "multihop_hotpotqa_train.jsonl")}
+    same_as_environment = 0
+    for demo in demos:
+        row = source[demo["id"]]
+        assert demo["prompt"] == row["question"] + "\n\nSearch, then answer."
+        turns = demo["turns"]
+        assert [t["owner"] for t in turns] == ["policy", "environment"] * 2 + ["policy"]
+        searches = [t["text"].removeprefix("<search>").removesuffix("</search>") for t in turns[0:4:2]]
+        assert sorted(searches) == sorted(p["title"] for p in row["paragraphs"] if p["is_supporting"])
+        assert turns[-1]["text"] == f"<answer>{row['answer']}</answer>"
+        assert demo["response"] == "".join(t["text"] for t in turns)
+        search = Search("row", top_k=1, k1=1.5, b=0.75)
+        runner = EnvironmentRunner(search, 400)
+        runner.reset(row)
+        for query, result in zip(searches, turns[1:4:2], strict=True):
+            observation = runner.run(ToolCall("search", query))
+            same_as_environment += TagFormat().render(observation) == result["text"]
+        shown = Episode(observations=[Observation(t["text"]) for t in turns[1:4:2]])
+        assert answer_found(shown, [row["answer"], *row["answer_aliases"]])
+    # a title query's top hit is its own paragraph in 144 of the 162 searches (another paragraph outranks it
+    # in the rest): the demonstrations show the supporting paragraph, what the searcher meant to read
+    assert same_as_environment >= 0.85 * 2 * len(demos)
+
+
+def test_demonstrations_keys_are_checked(shared_data):
+    from prefpipe.common.config import ConfigError
+
+    with pytest.raises(ConfigError, match="prompts.demonstrations.path .* is prompts.test_path"):
+        _demo_settings(shared_data, path=str(shared_data / "multihop_musique_test.jsonl"))
+    with pytest.raises(ConfigError, match=r"need a file prompt source .* prompts\.paragraphs_field"):
+        data_settings({"prompts": {"demonstrations": {"path": "x.jsonl"}}}, grpo={"enabled": False})
+
+
+def test_a_demonstration_whose_results_never_show_the_answer_is_dropped(shared_data):
+    from prefpipe.data.multihop_demos import demonstration, hop_order, result_text
+
+    paragraphs = [
+        {"title": "Mountrail County", "text": "Its seat is Stanley, North Dakota.", "is_supporting": True},
+        {"title": "Van Hook Township", "text": "Van Hook is in Mountrail County.", "is_supporting": True},
+        {"title": "Port Blair", "text": "A capital.", "is_supporting": False},
+    ]
+    question = "What is the seat of the county where Van Hook Township is located?"
+    assert [p["title"] for p in hop_order(question, paragraphs[:2])] == [
+        "Van Hook Township",
+        "Mountrail County",
+    ]
+    turns = demonstration(question, "Stanley", [], paragraphs, 400)
+    assert [t["text"] for t in turns] == [
+        "<search>Van Hook Township</search>",
+        "\n<result>[1] Van Hook Township: Van Hook is in Mountrail County.</result>\n",
+        "<search>Mountrail County</search>",
+        "\n<result>[1] Mountrail County: Its seat is Stanley, North Dakota.</result>\n",
+        "<answer>Stanley</answer>",
+    ]
+    # cut at 30 characters, "[1] Mountrail County: Its seat" loses Stanley: no demonstration
+    assert result_text(paragraphs[0], 30) == "\n<result>[1] Mountrail County: Its seat [cut]</result>\n"
+    assert demonstration(question, "Stanley", [], paragraphs, 30) is None
+    assert (
+        demonstration(question, "Stanley", [], [p | {"is_supporting": False} for p in paragraphs], 400)
+        is None
+    )

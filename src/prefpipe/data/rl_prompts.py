@@ -68,7 +68,8 @@ def parse_paragraphs(value: Any, field: str) -> list[dict]:
     for i, p in enumerate(value):
         if not isinstance(p, dict) or not isinstance(p.get("text"), str) or not p["text"].strip():
             raise BadPrompt("bad_paragraphs", f"{field}[{i}] has no non-empty string 'text'")
-        title, supporting = p.get("title", ""), p.get("is_supporting", False)
+        title = p.get("title") or ""  # a paragraph may have no title (the search corpus's rule)
+        supporting = p.get("is_supporting") or False
         if not isinstance(title, str) or not isinstance(supporting, bool):
             raise BadPrompt(
                 "bad_paragraphs", f"{field}[{i}]: 'title' must be a string, 'is_supporting' a bool"
