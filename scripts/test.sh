@@ -95,5 +95,6 @@ fi
 if [ "${PREFPIPE_VLLM:-0}" = "1" ]; then
     echo "== vLLM tier (PREFPIPE_VLLM=1)"
     bash scripts/vllm_env.sh
-    "${PREFPIPE_VLLM_VENV:-.venv-vllm}/bin/python" -m pytest -q tests/test_grpo_vllm.py tests/test_grpo_vllm_data_parallel.py
+    "${PREFPIPE_VLLM_VENV:-.venv-vllm}/bin/python" -m pytest -q tests/test_grpo_vllm.py tests/test_grpo_vllm_data_parallel.py \
+        tests/test_grpo_vllm_episodes.py
 fi

@@ -104,6 +104,9 @@ def test_a_tiny_run_over_two_rounds(tmp_path):
     for seed in ("0", "1"):  # round 0 is one model per seed, shared by every strategy
         assert len({summary["accuracy"][s][seed][0] for s in summary["strategies"]}) == 1
     assert set(summary["labels_needed"]) == {"random", "bgpm", "ensemble"}
+    assert {s: r["total"]["picks"]["mean"] for s, r in summary["picks"]["strategies"].items()} == {
+        "random": 10.0, "bgpm": 10.0, "ensemble": 10.0,
+    }  # fmt: skip
     assert (
         _planned(run_snakemake(wf, "-n", f"{ROOT}/summary.json", "--configfile", TINY, "active.yaml")) == {}
     )

@@ -246,3 +246,29 @@ def test_the_trainer_refuses_it_when_it_builds_the_run_s_episodes():
     assert isinstance(EpisodeSteps(settings, family_tokenizer(FAMILIES["qwen3"])).fmt, ChatTemplateFormat)
     with pytest.raises((ValueError, ConfigError), match=KEY):
         EpisodeSteps(settings, family_tokenizer(FAMILIES["llama"]))
+
+
+@pytest.mark.parametrize("family", ["tags", "qwen2", "qwen3", "llama3_1"])
+def test_the_token_that_closes_a_call_is_one_the_vllm_engine_stops_at(family):
+    """The vLLM engine stops at the tokens holding the last character of the format's closers
+    (engines/vllm_episodes.py); the token at which `turn_end` first ends a written call must be one of them
+    (else vLLM would write past the call before the turn is read), and a format whose calls end at EOS has none."""
+    from prefpipe.grpo.rollout.engines.vllm_episodes import closing_token_ids
+
+    if family == "tags":
+        from support.models import chat_tokenizer
+
+        tok, fmt = chat_tokenizer(), TagFormat()
+        texts = ["<search>dog barks</search>", "I think <answer>river</answer>", "<lookup>x</lookup> more"]
+    else:
+        tok = family_tokenizer(family_of(family))
+        fmt = ChatTemplateFormat(tok, ("search",))
+        texts = ["Let me look.\n" + fmt.layout.written("search", "dog barks") + "\nmore"]
+    stops = set(closing_token_ids(tok, fmt.closers()))
+    if family == "llama3_1":
+        assert fmt.closers() == () and stops == set()  # a call turn ends at EOS
+        return
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False)
+        ends = [k for k in range(len(ids)) if fmt.turn_end(tok.decode(ids[: k + 1]), False) is not None]
+        assert ends and ids[ends[0]] in stops, (text, ids, ends)

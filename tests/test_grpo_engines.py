@@ -142,3 +142,18 @@ def test_vllm_engine_length_past_the_models_positions_is_allowed_with_a_warning(
         assert _allow_model_len(longer, policy) == 266
     assert os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     assert "exceeds the policy's max_position_embeddings (256)" in caplog.text
+    # a multi-turn run samples a whole episode after the prompt: max_episode_tokens, not max_new_tokens
+    multi = grpo_settings(
+        {"max_prompt_length": 100, "max_new_tokens": 8, "episodes": {"enabled": True, "max_episode_tokens": 150},
+         "rewards": [{"type": "exact_match", "weight": 1.0}]}
+    )  # fmt: skip
+    assert _allow_model_len(multi, policy) == 250
+
+
+def test_vllm_episode_request_seeds_are_distinct_per_row_and_round():
+    """Each (row of the step, request round) of a vLLM episode step gets its own seed, the same on any process
+    count (it depends on the row's index in the whole step), and a valid torch seed."""
+    from prefpipe.grpo.rollout.engines.vllm_episodes import request_seed
+
+    seeds = [request_seed(s, row, r) for s in (0, 7, 100_003) for row in range(64) for r in range(16)]
+    assert len(set(seeds)) == len(seeds) and all(0 <= x < 2**63 for x in seeds)

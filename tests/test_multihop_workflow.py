@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from support.episode_tree import check_paired_table, scoreboard_row
+from support.markdown_tables import tables
 from support.workflow import repo_copy
 
 from prefpipe.common.io import read_jsonl
@@ -42,6 +43,30 @@ def _jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     assert result.returncode == 0, out
     table = out.split("Job stats:", 1)[1].split("total", 1)[0]
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.MULTILINE)}
+
+
+def _failure_class(row: dict, side: str) -> str:
+    """The class of one side's episode, from per_example's columns (the order the analysis documents)."""
+    if row[f"{side}_correct"]:
+        return "correct"
+    if row[f"{side}_valid_calls"] == 0:
+        return "no_search"
+    if row[f"{side}_answer_found"]:
+        return "answer_seen_wrong" if row[f"{side}_answer"] is not None else "answer_seen_missing"
+    return "support_no_answer" if row[f"{side}_support_recall"] else "no_support"
+
+
+def _check_failures(summary: dict, rows: list[dict], md: str) -> None:
+    """The summary's failure table recounted from per_example, and the report's table showing its counts."""
+    failures = summary["decodings"][summary["decoding"]]["episodes"]["failures"]
+    shown = next(t for t in tables(md) if t.header == ["Run", "Decoding", "Class", "Base", "Trained"])
+    for i, side in enumerate(("base", "trained")):
+        counts = failures[side]["counts"]
+        assert sum(counts.values()) == len(rows) and failures[side]["n"] == len(rows)
+        for name, n in counts.items():
+            assert n == sum(_failure_class(r, side) == name for r in rows), (side, name)
+            cell = next(r[3 + i] for r in shown.rows if r[2] == name.replace("_", " "))
+            assert cell.endswith(f"({n})"), (cell, n)
 
 
 def test_the_experiment_plans_data_base_grpo_and_policy_evaluation_only(tmp_path):
@@ -88,6 +113,7 @@ def test_prep_to_eval_policy_on_the_tiny_world(tmp_path):
     assert check_paired_table(md, {"search": summary}) == 2 * 4  # the report's figures are the summary's
     assert scoreboard_row(md, "search")["Exact match, greedy [95%]"] != "–"
     rows = read_jsonl(wf / RESULTS / "policy_eval" / "search" / "per_example.jsonl")
-    assert {"base_f1", "trained_calls", "trained_support_recall"} <= set(rows[0])
+    assert {"base_f1", "trained_calls", "trained_support_recall", "base_valid_calls"} <= set(rows[0])
+    _check_failures(summary, rows, md)
     curve = read_jsonl(wf / RESULTS / "grpo" / "search" / "curve.jsonl")
     assert [p["step"] for p in curve] == [0, 1, 2] and "greedy_support_recall" in curve[0]

@@ -123,20 +123,26 @@ def test_eval_policy_scores_whole_episodes_base_against_trained(folders):
     assert all("<search>" in r["trained"] for r in rows)  # the whole episode is kept per question
 
 
-@pytest.mark.parametrize(
-    ("change", "words"),
-    [
-        ({"rollout": {"engine": "vllm"}}, ("episodes.enabled", "rollout.engine", "plain")),
-        (
-            {"reward_model": "gpm", "rewards": [{"type": "reward_model", "weight": 1.0}]},
-            ("episodes.enabled", "reward_model"),
-        ),
-    ],
-)
-def test_episodes_refuse_the_vllm_engine_and_reward_models(change, words):
+def test_episodes_refuse_reward_models():
+    # the vLLM engine is not refused: it rolls out episodes too (tests/test_grpo_vllm_episodes.py, in its
+    # virtualenv; here the main virtualenv refuses it for want of the package, tests/faults/test_dependencies.py)
+    change = {"reward_model": "gpm", "rewards": [{"type": "reward_model", "weight": 1.0}]}
     with pytest.raises(ConfigError) as err:
         grpo_settings({**RUN, **change}, run="multi")
-    assert all(w in str(err.value) for w in words)
+    assert all(w in str(err.value) for w in ("episodes.enabled", "reward_model"))
+
+
+def test_an_engine_without_an_episode_decoder_is_refused_naming_the_key():
+    from prefpipe.grpo.rollout.engines.base import PlainEngine
+    from prefpipe.grpo.rollout.episodes.generate import PlainDecoder
+    from prefpipe.grpo.training.episode_steps import EpisodeSteps
+
+    settings = grpo_settings(RUN, run="multi")
+    steps = EpisodeSteps(settings, chat_tokenizer())
+    policy = tiny_llama(chat_tokenizer())
+    assert isinstance(steps.decoder_of(PlainEngine(settings), policy, 0, 0), PlainDecoder)
+    with pytest.raises(ValueError, match=r"grpo\.multi\.rollout\.engine 'plain' rolls out no episodes"):
+        steps.decoder_of(object(), policy, 0, 0)  # a registered engine without episode_decoder
 
 
 def test_an_unknown_environment_is_refused_naming_it():

@@ -10,11 +10,21 @@ from support.results_tree import report_markdown, write_results_tree
 from support.settings import pipeline
 
 from prefpipe.active.curve import fraction_table, needed_table
+from prefpipe.active.picks import Pair, round_picks, summarize_picks
 
 ACCURACY = {
     "random": {0: [0.60, 0.70, 0.80], 1: [0.60, 0.66, 0.72]},
     "bgpm": {0: [0.60, 0.80, 0.85], 1: [0.60, 0.72, 0.74]},
 }
+
+
+def _picks():
+    """One round per seed: random adds x1 and y1 (two prompts, two kinds), bgpm adds x1 and x2 (one prompt,
+    one kind, x2's label flipped)."""
+    facts = {"x1": Pair("P1", "A", False), "x2": Pair("P1", "A", True), "y1": Pair("P2", "B", False)}
+    added = {"random": ["x1", "y1"], "bgpm": ["x1", "x2"]}
+    selected = {s: {seed: [round_picks(facts, a, a, s)] for seed in (0, 1)} for s, a in added.items()}
+    return summarize_picks(selected, ["A", "B"])
 
 
 def _summary():
@@ -31,6 +41,7 @@ def _summary():
         "accuracy": ACCURACY, "curve": curve, "reference": "random",
         "labels_needed": needed_table(settings, ACCURACY),
         "full_data": {"whole_pool": True, "unlabelled_left": {0: 0, 1: 0}} | fraction_table(settings, ACCURACY),
+        "picks": _picks(),
     }  # fmt: skip
 
 
@@ -57,3 +68,14 @@ def test_active_learning_section_and_answer_show_the_recorded_numbers(tmp_path):
     # 100 + 0.084 / 0.12 * 100 = 170; fewer: 1 - 180/260 = 30.8%, 1 - 170/240 = 29.2%
     assert "Labels to reach 0.95 of the full-data accuracy" in section
     assert "| bgpm | 175 ± 7 | 30.0 ± 1.1 | 180, 170 | 2/2 |" in section
+    # the selected pairs, random's row first: bgpm's two picks share one prompt (2 - 0 more than random), one kind
+    # (entropy 0; B never picked), one flipped label; random's spread over both kinds (entropy 1)
+    random_row = (
+        "| *random* | *2.0 ± 0.0* | *2.0 ± 0.0* | *0.0 ± 0.0* | *0.0 ± 0.0* | *0.0 ± 0.0* | *2.0 ± 0.0* |"
+    )
+    bgpm_row = (
+        "| bgpm | 2.0 ± 0.0 | 1.0 ± 0.0 | 2.0 ± 0.0 | 0.0 ± 0.0 | 1.0 ± 0.0 | 1.0 ± 0.0 | 0.000 ± 0.000 |"
+    )
+    assert f"{random_row} *1.000 ± 0.000* | *A 1 / B 1* | *–* |" in section
+    assert f"{bgpm_row} A 2 / B 0 | 2.0 ± 0.0 |" in section
+    assert section.index(random_row) < section.index(bgpm_row)

@@ -71,8 +71,8 @@ def record_samples(trainer_: GRPOTrainer) -> dict[int, dict]:
     seen: dict[int, dict] = {}
     rollout = trainer_._rollout
 
-    def recording(step: int):
-        batch, metrics = rollout(step)
+    def recording(step: int, clock=None):  # the trainer passes its phase clock
+        batch, metrics = rollout(step, clock)
         r = batch.rollout
         seen[step] = {
             "ids": [row["id"] for row in batch.rows],

@@ -145,6 +145,7 @@ rule al_score:
 rule al_curve:
     input:
         al_curve_inputs(),
+        pairs_train=rules.prep_data.output.pairs_train,
     output:
         summary=report(
             f"{AL_ROOT}/summary.json",
@@ -164,5 +165,6 @@ rule al_curve:
     params:
         **stage_params(lambda wildcards: AL),
         root=lambda wildcards, output: os.path.dirname(output.summary),
+        data=lambda wildcards, input: os.path.dirname(input.pairs_train),
     shell:
-        stage_shell("active_curve", "--root {params.root:q}")
+        stage_shell("active_curve", "--root {params.root:q} --data {params.data:q}")

@@ -23,14 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prefpipe.active.labelled import SELECTION
+from prefpipe.active.labelled import SELECTION, training_rows
 from prefpipe.active.layout import round_dir
+from prefpipe.active.picks import REFERENCE, pair_facts, picks_table
 from prefpipe.active.pool_scores import SCORES, TEST_SPLIT
 from prefpipe.active.select import SCORE
 from prefpipe.common.io import read_json
 from prefpipe.settings.active import ActiveLearningSettings
-
-REFERENCE = "random"  # the strategy whose final accuracy is the target
 
 
 def labels_to_reach(labels: Sequence[float], accuracy: Sequence[float], target: float) -> float | None:
@@ -113,9 +112,10 @@ def unlabelled_left(settings: ActiveLearningSettings, root: Path) -> dict[int, i
     return left
 
 
-def summarize(settings: ActiveLearningSettings, root: Path) -> dict[str, Any]:
+def summarize(settings: ActiveLearningSettings, root: Path, data: Path | None = None) -> dict[str, Any]:
     """summary.json: labels per round, each strategy's test accuracy per seed and round, mean and sd per round,
-    and the labels-needed table (when random selection is among the strategies)."""
+    the labels-needed table (when random selection is among the strategies) and, given the experiment's data
+    folder, what each strategy's rounds selected (prefpipe.active.picks)."""
     accuracy = {
         strategy: {
             seed: [
@@ -142,7 +142,13 @@ def summarize(settings: ActiveLearningSettings, root: Path) -> dict[str, Any]:
         "reference": REFERENCE,
         "labels_needed": needed_table(settings, accuracy) if REFERENCE in accuracy else None,
         "full_data": _full_data(settings, root, accuracy),
+        "picks": None if data is None else _picks(settings, root, data),
     }
+
+
+def _picks(settings: ActiveLearningSettings, root: Path, data: Path) -> dict[str, Any]:
+    facts = pair_facts(data, training_rows(data))
+    return picks_table(root, facts, settings.strategies, settings.seeds, settings.rounds)
 
 
 def _full_data(

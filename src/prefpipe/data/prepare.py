@@ -32,8 +32,8 @@ def output_files(settings: DataSettings) -> tuple[str, ...]:
 def world_parts(settings: DataSettings) -> frozenset[str]:
     """The parts of the synthetic world this config uses (none when pairs and prompts are external and no SFT)."""
     parts = {"pairs"} if settings.source == "synthetic" else set()
-    if settings.demonstrations_needed:
-        parts.add("demonstrations")
+    if settings.demonstrations_needed and settings.prompts.demonstrations.path is None:
+        parts.add("demonstrations")  # a demonstrations file replaces the world's
     if settings.prompts.source == "synthetic":
         parts.add("rl_prompts")
     return frozenset(parts)
@@ -87,6 +87,12 @@ def _load(settings: DataSettings, parts: frozenset[str]) -> tuple[World, dict | 
         world.rl_prompts_train, world.rl_prompts_heldout, prompts_report = load_rl_prompt_rows(
             settings.prompts, settings.bad_rows, settings.seed
         )
+        if settings.demonstrations_needed and settings.prompts.demonstrations.path is not None:
+            from prefpipe.data.multihop_demos import load_demonstrations
+
+            world.demonstrations, prompts_report["demonstrations"] = load_demonstrations(
+                settings.prompts, world.rl_prompts_heldout, settings.bad_rows
+            )
     return world, report, prompts_report
 
 

@@ -9,6 +9,10 @@ and kind "none" (reward-model-only GRPO).
 Held-out prompts come from their own file or split and never repeat a training prompt: prompts are compared
 after case folding and whitespace collapsing; held-out rows that match a training prompt are dropped and
 counted (`overlap_dropped`). Bad rows follow `data.bad_rows` (error: file and row named; drop: counted).
+
+With `paragraphs_field` set, a row also keeps its candidate paragraphs as `paragraphs` ([{title, text,
+is_supporting}]: what a multi-turn run's `search` environment with `corpus: row` reads, and whose supporting
+titles support recall counts) and its `hops` when it has an integer one (the multi-hop files' fields).
 """
 
 from __future__ import annotations
@@ -55,6 +59,37 @@ def parse_answer(value: Any) -> str:
     return text
 
 
+def parse_paragraphs(value: Any, field: str) -> list[dict]:
+    """A row's paragraphs as [{title, text, is_supporting}]: a non-empty list of objects with a non-empty
+    string `text`, an optional string `title` and an optional boolean `is_supporting` (false when absent)."""
+    if not isinstance(value, list) or not value:
+        raise BadPrompt("bad_paragraphs", f"{field!r} is not a non-empty list of paragraphs")
+    out = []
+    for i, p in enumerate(value):
+        if not isinstance(p, dict) or not isinstance(p.get("text"), str) or not p["text"].strip():
+            raise BadPrompt("bad_paragraphs", f"{field}[{i}] has no non-empty string 'text'")
+        title = p.get("title") or ""  # a paragraph may have no title (the search corpus's rule)
+        supporting = p.get("is_supporting") or False
+        if not isinstance(title, str) or not isinstance(supporting, bool):
+            raise BadPrompt(
+                "bad_paragraphs", f"{field}[{i}]: 'title' must be a string, 'is_supporting' a bool"
+            )
+        out.append({"title": title, "text": p["text"], "is_supporting": supporting})
+    return out
+
+
+def _environment_fields(settings: PromptSourceSettings, value: dict) -> dict:
+    """What an environment reads from the row: its paragraphs and hops (nothing when paragraphs_field is null)."""
+    if settings.paragraphs_field is None:
+        return {}
+    raw = value.get(settings.paragraphs_field)
+    if raw is None:
+        raise BadPrompt("missing_paragraphs", f"no {settings.paragraphs_field!r} field")
+    hops = value.get("hops")
+    kept_hops = {"hops": hops} if isinstance(hops, int) and not isinstance(hops, bool) else {}
+    return {"paragraphs": parse_paragraphs(raw, settings.paragraphs_field), **kept_hops}
+
+
 def _row(settings: PromptSourceSettings, value: Any, number: int, split: str) -> dict:
     if not isinstance(value, dict):
         raise BadPrompt("not_an_object", f"expected an object, got {type(value).__name__}")
@@ -69,6 +104,7 @@ def _row(settings: PromptSourceSettings, value: Any, number: int, split: str) ->
         raise BadPrompt("missing_prompt", f"no non-empty {settings.prompt_field!r} field")
     row_id = value.get(settings.id_field) if settings.id_field else None
     row: dict[str, Any] = {"id": f"{split}-{number}" if row_id is None else str(row_id), "prompt": prompt}
+    row |= _environment_fields(settings, value)
     messages = messages or parse_transcript(prompt)  # an HH transcript prompt: its turns
     if messages is not None and messages != [{"role": "user", "content": prompt}]:
         row["messages"] = messages  # the policy sees the turns (as reward pairs do)
@@ -149,6 +185,7 @@ def _finish(settings: PromptSourceSettings, rows: list[dict]) -> list[dict]:
             "aliases": r.get("aliases", []),
             "kind": kind,
             **_with_suffix(r.get("messages"), suffix),
+            **{k: r[k] for k in ("paragraphs", "hops") if k in r},
         }
         for r in rows
     ]

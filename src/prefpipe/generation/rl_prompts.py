@@ -2,7 +2,8 @@
 
 `answer` is null only for prompts without answers (kind "none", reward-model-only GRPO); `aliases` (accepted
 alternative answers) may be absent (the synthetic world writes none) and is read as an empty list. A multi-hop
-row's `paragraphs` ([{title, text, is_supporting}], what a multi-turn run's search environment reads) are kept.
+row's `paragraphs` ([{title, text, is_supporting}], what a multi-turn run's search environment reads) and its
+`hops` are kept.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def load_rl_prompts(path: str | os.PathLike, limit: int | None = None) -> tuple[
                 "aliases": [str(a) for a in aliases],
                 "kind": str(row["kind"]),
                 **({"paragraphs": paragraphs} if paragraphs is not None else {}),
+                **({"hops": row["hops"]} if isinstance(row.get("hops"), int) else {}),
             }
         )
     if not rows:

@@ -145,6 +145,35 @@ def episodes(tree: Tree) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=EPISODE_COLUMNS)
 
 
+FAILURE_COLUMNS = ["run", "decoding", "primary", "what", "base", "trained", "base_n", "trained_n"]
+
+
+def episode_failures(tree: Tree) -> pd.DataFrame:
+    """Per (multi-turn run, decoding): each failure class's share of the held-out episodes (with its count) and
+    each limit's share (search, reading, answering; count None), base and trained, as eval_policy recorded them
+    (grpo/analyses/episode_failures.py)."""
+    rows = []
+    for run in tree.names("policy_eval"):
+        summary = tree.summary("policy_eval", run) or {}
+        for decoding, block in (summary.get(gm.DECODINGS_KEY) or {}).items():
+            failures = _at(block, ("episodes", "failures"))
+            if not isinstance(failures, dict):
+                continue
+            base, trained = failures.get("base") or {}, failures.get("trained") or {}
+            head = {"run": run, "decoding": decoding, "primary": decoding == summary.get(gm.DECODING)}
+            for part in ("shares", "limits"):
+                for what in base.get(part) or {}:
+                    counts = {f"{s}_n": (f.get("counts") or {}).get(what) if part == "shares" else None
+                              for s, f in (("base", base), ("trained", trained))}  # fmt: skip
+                    sides = {
+                        s: as_float(_at(f, (part, what))) for s, f in (("base", base), ("trained", trained))
+                    }
+                    rows.append(
+                        head | {"what": what if part == "shares" else f"limit: {what}"} | sides | counts
+                    )
+    return pd.DataFrame(rows, columns=FAILURE_COLUMNS)
+
+
 def metrics(tree: Tree, kind: str, key: str) -> pd.DataFrame:
     """metrics.jsonl rows of every variant (kind reward_metrics) or run (grpo_metrics), keyed by `key`."""
     frames = []

@@ -75,14 +75,6 @@ def _episode_rules(s: Any) -> list[Refusal]:  # GrpoSettings with episodes
     if not s.episodes.enabled:
         return []
     found: list[Refusal] = []
-    if s.rollout.engine != "plain":
-        found.append(
-            (
-                "episodes.enabled",
-                f"true with rollout.engine = {s.rollout.engine!r}: multi-turn episodes are rolled out by the "
-                "plain engine only; set rollout.engine: plain (or episodes.enabled: false)",
-            )
-        )
     if s.uses_reward_model():
         found.append(
             (

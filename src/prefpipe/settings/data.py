@@ -90,6 +90,15 @@ def _same_file(a: str, b: str) -> bool:
 
 
 @dataclass
+class DemonstrationFileSettings:
+    """Tool-use SFT demonstrations built from a file of multi-hop rows (prefpipe.data.multihop_demos)."""
+
+    path: str | None  # null: none (the synthetic world's demonstrations, if base.sft trains)
+    max_rows: int | None  # the first max_rows usable rows (null = all)
+    max_result_chars: int  # results cut as the search environment's runner cuts them
+
+
+@dataclass
 class PromptSourceSettings:
     """Where GRPO's and the held-out evaluation's RL prompts come from (independent of the preference pairs)."""
 
@@ -101,6 +110,7 @@ class PromptSourceSettings:
     prompt_field: str
     answer_field: str | None  # null: prompts without answers (verifier none)
     aliases_field: str | None  # a list of accepted alternative answers
+    paragraphs_field: str | None  # the row's candidate paragraphs (a multi-turn run's corpus: row)
     id_field: str | None  # null: ids from row numbers
     solution_field: str  # worked solutions with <<a op b=c>> annotations (derive: calculator_steps)
     verifier: str  # a registered verifier (prefpipe.data.verifier) every row is graded with; none: no answers
@@ -108,6 +118,7 @@ class PromptSourceSettings:
     derive: str | None  # null | calculator_steps
     max_train: int | None
     max_heldout: int | None
+    demonstrations: DemonstrationFileSettings
 
     @property
     def has_answers(self) -> bool:
@@ -116,6 +127,7 @@ class PromptSourceSettings:
     def check(self) -> None:
         """What the schema cannot say; errors name the key (build_stage prefixes `data.`). Whether
         `verifier` is registered is the data layer's to say (prefpipe.data.verifier.check_verifier)."""
+        self._check_demonstrations()
         if self.source in WORLD_SOURCES:
             return
         if not self.path:
@@ -143,6 +155,20 @@ class PromptSourceSettings:
         if self.derive is not None and not self.has_answers:
             raise ConfigError(
                 f"prompts.derive {self.derive!r} gives answers: prompts.verifier cannot be none"
+            )
+
+    def _check_demonstrations(self) -> None:
+        path = self.demonstrations.path
+        if path is None:
+            return
+        if self.source not in FILE_SOURCES or self.paragraphs_field is None or self.answer_field is None:
+            raise ConfigError(
+                "prompts.demonstrations.path: demonstrations from a multi-hop file need a file prompt source "
+                "(jsonl, json, parquet) with prompts.paragraphs_field and prompts.answer_field set"
+            )
+        if self.test_path and _same_file(path, self.test_path):
+            raise ConfigError(
+                f"prompts.demonstrations.path {path!r} is prompts.test_path: SFT on held-out rows"
             )
 
 

@@ -20,12 +20,14 @@ import torch
 from prefpipe.common.chat import conversation
 from prefpipe.common.progress import progress
 from prefpipe.common.stats import paired_difference
-from prefpipe.grpo.environments.base import EnvironmentRunner
+from prefpipe.grpo.analyses.episode_failures import EpisodeOutcome, failure_table
+from prefpipe.grpo.environments.base import ENVIRONMENT_ERROR, MALFORMED_CALL, UNKNOWN_TOOL, EnvironmentRunner
 from prefpipe.grpo.environments.registry import build_environment
 from prefpipe.grpo.policy_eval.measures import Completions
 from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
+from prefpipe.grpo.rollout.episodes.episode import Episode
 from prefpipe.grpo.rollout.episodes.generate import generate_episodes
-from prefpipe.grpo.rollout.episodes.measures import support_recall, supporting_titles
+from prefpipe.grpo.rollout.episodes.measures import answer_found, support_recall, supporting_titles
 from prefpipe.grpo.rollout.episodes.tool_formats import build_tool_format
 from prefpipe.settings.grpo import GrpoSettings
 
@@ -37,9 +39,21 @@ class EpisodeCompletions(Completions):
     answers: list[str | None] = field(default_factory=list)  # None: the episode gave no answer
     calls: list[int] = field(default_factory=list)
     recall: list[float | None] = field(default_factory=list)
+    valid_calls: list[int] = field(
+        default_factory=list
+    )  # calls the environment ran (not malformed or failed)
+    found: list[bool] = field(default_factory=list)  # a result held the answer or an alias
 
     def graded(self) -> list[str]:
         return [a or "" for a in self.answers]
+
+
+FAILED_CALLS = (MALFORMED_CALL, UNKNOWN_TOOL, ENVIRONMENT_ERROR)
+
+
+def valid_calls(episode: Episode) -> int:
+    """Calls the environment ran: not malformed, a known tool, and the tool did not raise."""
+    return sum(obs.kind not in FAILED_CALLS for obs in episode.observations)
 
 
 def _runner_factory(settings: GrpoSettings):
@@ -83,6 +97,9 @@ def complete_episodes(
             out.answers.append(episode.answer)
             out.calls.append(len(episode.calls))
             out.recall.append(support_recall(supporting_titles(row), got or []))
+            out.valid_calls.append(valid_calls(episode))
+            answers = [row["answer"], *row.get("aliases", [])] if row.get("answer") is not None else []
+            out.found.append(answer_found(episode, answers))
     return out
 
 
@@ -109,12 +126,25 @@ def token_f1(rows: list[dict], comp: Completions) -> list[float]:
     return [score("token_f1", r["answer"], a, r["aliases"]) for r, a in zip(rows, comp.graded(), strict=True)]
 
 
+def outcomes(comp: EpisodeCompletions, correct: list[bool]) -> list[EpisodeOutcome]:
+    """What the failure classes read of each episode (grpo/analyses/episode_failures.py)."""
+    return [
+        EpisodeOutcome(ok, calls, recall, found, answer is not None)
+        for ok, calls, recall, found, answer in zip(
+            correct, comp.valid_calls, comp.recall, comp.found, comp.answers, strict=True
+        )
+    ]
+
+
 def episode_comparison(
-    settings: GrpoSettings, comps: dict[str, EpisodeCompletions], rows: list[dict]
+    settings: GrpoSettings,
+    comps: dict[str, EpisodeCompletions],
+    rows: list[dict],
+    correct: dict[str, list[bool]],
 ) -> dict:
     """Base and trained episode figures under one decoding, and trained - base paired over the questions (the
     bootstrap interval of eval_policy's accuracy): token F1, tool calls per episode and, over the questions
-    with supporting paragraphs, support recall."""
+    with supporting paragraphs, support recall; and each side's failure classes (what limits it)."""
     ev = settings.eval
 
     def paired(trained: list[float], base: list[float]) -> dict[str, Any] | None:
@@ -132,11 +162,13 @@ def episode_comparison(
         "f1_paired": paired(f1["trained"], f1["base"]),
         "calls_paired": paired([float(c) for c in trained.calls], [float(c) for c in base.calls]),
         "support_recall_paired": paired([t for t, _ in both], [b for _, b in both]),
+        "failures": {name: failure_table(outcomes(c, correct[name])) for name, c in comps.items()},
     }
 
 
 def episode_columns(rows: list[dict], comps: dict[str, Completions]) -> list[dict[str, Any]]:
-    """Per question, each side's answer, token F1, tool calls and support recall (empty rows: not episodes)."""
+    """Per question, each side's answer, token F1, tool calls (all and valid), support recall and whether a
+    result held the answer (empty rows: not episodes)."""
     if not all(isinstance(c, EpisodeCompletions) for c in comps.values()):
         return [{} for _ in rows]
     f1 = {name: token_f1(rows, c) for name, c in comps.items()}
@@ -149,6 +181,8 @@ def episode_columns(rows: list[dict], comps: dict[str, Completions]) -> list[dic
                 (f"{name}_f1", f1[name][i]),
                 (f"{name}_calls", c.calls[i]),
                 (f"{name}_support_recall", c.recall[i]),
+                (f"{name}_valid_calls", c.valid_calls[i]),
+                (f"{name}_answer_found", c.found[i]),
             )
         }
         for i in range(len(rows))

@@ -94,7 +94,7 @@ def _compare_block(
         PAIRED: paired,
         "intervals_overlap": not (t_lo > b_hi or b_lo > t_hi),
         **(
-            {"episodes": episode_comparison(run_settings, comps, rows)}
+            {"episodes": episode_comparison(run_settings, comps, rows, correct)}
             if run_settings.episodes.enabled
             else {}
         ),

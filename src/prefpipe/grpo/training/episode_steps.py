@@ -1,5 +1,5 @@
-"""A multi-turn run's rollouts (grpo.<run>.episodes): each prompt's G episodes on the plain engine, what the
-rewards score (the final answer, "" when the episode gave none), and the step's episode metrics.
+"""A multi-turn run's rollouts (grpo.<run>.episodes): each prompt's G episodes on the run's engine (the plain
+engine's decode, or the vLLM engine's through its episode decoder, grpo/rollout/engines/), what the rewards score (the final answer, "" when the episode gave none), and the step's episode metrics.
 
 The rollout's completion is the whole episode after the prompt with the environment's tokens masked out of the
 loss and the KL (env_mask 0, grpo/rollout/episodes/episode.py); rewards and group-relative advantages are per
@@ -27,7 +27,7 @@ from prefpipe.grpo.metric_names import EPISODE_ENV_TRAINED_SHARE
 from prefpipe.grpo.rollout.completions import Rollout
 from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling
 from prefpipe.grpo.rollout.episodes.episode import POLICY, Episode
-from prefpipe.grpo.rollout.episodes.generate import EpisodeBatch, generate_episodes
+from prefpipe.grpo.rollout.episodes.generate import EpisodeBatch, EpisodeDecoder, generate_episodes
 from prefpipe.grpo.rollout.episodes.measures import step_measures
 from prefpipe.grpo.rollout.episodes.tool_formats import build_tool_format
 from prefpipe.settings.grpo import GrpoSettings
@@ -49,6 +49,17 @@ class EpisodeSteps:
         self.limits = EpisodeLimits(ep.max_turns, ep.max_turn_tokens, ep.max_episode_tokens)
         self.episodes: list[Episode] = []  # the last step's, rollout row order
 
+    def decoder_of(self, engine, policy: torch.nn.Module, seed: int, first_prompt: int) -> EpisodeDecoder:
+        """The run engine's episode decoder for a step; an engine without one is refused, naming the key."""
+        make = getattr(engine, "episode_decoder", None)
+        if make is None:
+            s = self.settings
+            raise ValueError(
+                f"grpo.{s.run}.rollout.engine {s.rollout.engine!r} rolls out no episodes (it has no "
+                "episode_decoder, grpo/rollout/engines/base.py): use plain or vllm, or episodes.enabled: false"
+            )
+        return make(policy, seed, first_prompt)
+
     def runner(self) -> EnvironmentRunner:
         return EnvironmentRunner(build_environment(self.spec), self.settings.episodes.max_result_chars)
 
@@ -60,8 +71,10 @@ class EpisodeSteps:
         uniforms: torch.Tensor | None,
         group_size: int,
         temperature: float | None = None,
+        decoder: EpisodeDecoder | None = None,
     ) -> EpisodeBatch:
-        """group_size episodes per row; `uniforms` (rows x G, max_episode_tokens) fix the samples, None = greedy."""
+        """group_size episodes per row; `uniforms` (rows x G, max_episode_tokens) fix the plain engine's samples,
+        None = greedy; `decoder`: an engine's (None: the plain engine with `policy`)."""
         s = self.settings
         sampling = Sampling(uniforms, s.temperature if temperature is None else temperature, s.top_k, s.top_p)
         return generate_episodes(
@@ -75,14 +88,21 @@ class EpisodeSteps:
             self.limits,
             sampling,
             s.max_prompt_length,
+            decoder,
         )
 
     def step(
-        self, policy: torch.nn.Module, tokenizer, rows: list[dict], uniforms: torch.Tensor
+        self,
+        policy: torch.nn.Module,
+        tokenizer,
+        rows: list[dict],
+        uniforms: torch.Tensor,
+        decoder: EpisodeDecoder | None = None,
     ) -> tuple[Rollout, list[str], dict[str, float]]:
-        """A training step's (rollout, each episode's final answer, episode metrics)."""
+        """A training step's (rollout, each episode's final answer, episode metrics), decoded by the run
+        engine's `decoder` (None: the plain engine)."""
         G = self.settings.num_generations
-        batch = self.generate(policy, tokenizer, rows, uniforms, G)
+        batch = self.generate(policy, tokenizer, rows, uniforms, G, decoder=decoder)
         self.episodes = batch.episodes
         metrics = batch.metrics()
         prompt_tokens = batch.rollout.prompt_mask.sum(1).tolist()

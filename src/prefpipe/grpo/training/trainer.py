@@ -90,7 +90,7 @@ class GRPOTrainer:
         self.optimizer = make_adamw(self.params, settings)
         # who samples the rollouts (grpo.<run>.rollout.engine); a separate engine gets the policy's weights now
         self.engine = build_engine(settings, policy, tokenizer, self.out_dir, self.dp)
-        # multi-turn runs: episodes with the run's environment, on the plain engine (grpo/training/episode_steps.py)
+        # multi-turn runs: episodes with the run's environment, on the run's engine (grpo/training/episode_steps.py)
         self.episodes = EpisodeSteps(settings, tokenizer) if settings.episodes.enabled else None
         self.metric_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
@@ -128,7 +128,8 @@ class GRPOTrainer:
     def _rollout(self, step: int, clock: PhaseClock | None = None) -> tuple[StepBatch, dict[str, float]]:
         settings, G = self.settings, self.settings.num_generations
         clock = clock or PhaseClock(self.device, PHASE_PREFIX)
-        torch.manual_seed(settings.seed * 100_003 + step)
+        seed = settings.seed * 100_003 + step
+        torch.manual_seed(seed)
         rows = [
             self.rows[i]
             for i in select_prompts(len(self.rows), step, settings.prompts_per_step, settings.seed)
@@ -142,8 +143,9 @@ class GRPOTrainer:
         answers, episode_metrics = None, {}
         with clock.phase("rollout"):
             if self.episodes is not None:
+                decoder = self.episodes.decoder_of(self.engine, self.policy, seed, share.start)
                 rollout, answers, episode_metrics = self.episodes.step(
-                    self.policy, self.tokenizer, rows, uniforms
+                    self.policy, self.tokenizer, rows, uniforms, decoder
                 )
             else:
                 rollout = self.engine.generate(
@@ -151,7 +153,7 @@ class GRPOTrainer:
                     self.tokenizer,
                     prompts,
                     uniforms,
-                    settings.seed * 100_003 + step,
+                    seed,
                     share.start,
                 )
             refs = None

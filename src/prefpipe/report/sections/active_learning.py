@@ -1,7 +1,9 @@
 """Active learning (docs/findings/ACTIVE_LEARNING.md), from results/active_learning/summary.json: the learner's test accuracy
 after each round per acquisition strategy (mean and sd over seeds) and the labels each strategy needs to reach
 random selection's final accuracy, with the share of random's labels saved (the b-gpm paper's headline use), and the
-anchors' own measure: the labels to reach a fraction of the full-data accuracy, and how many fewer than random."""
+anchors' own measure: the labels to reach a fraction of the full-data accuracy, and how many fewer than random; and
+what each strategy's rounds selected (prefpipe.active.picks), random's row first, the evidence for why a strategy
+needs more labels than random when it does."""
 
 from __future__ import annotations
 
@@ -105,6 +107,50 @@ def _full_data_table(summary: dict[str, Any]) -> Table | None:
     return Table(f"Labels to reach {full['fraction']:g} of {of}", columns, rows, caption)
 
 
+PICK_COLUMNS = {  # summary figure -> column, each the mean over rounds per seed, mean ± sd over seeds
+    "picks": ("Picks", ".1f"),
+    "distinct_prompts": ("Distinct prompts", ".1f"),
+    "shared_prompt": ("Sharing a prompt", ".1f"),
+    "prompt_labelled": ("Prompt labelled before", ".1f"),
+    "flipped": ("Flipped labels", ".1f"),
+    "kinds": ("Kinds", ".1f"),
+    "kind_entropy": ("Kind entropy", ".3f"),
+}
+
+
+def _kind_range(row: dict[str, Any]) -> str:
+    """The most and the least picked kind, picks summed over rounds (mean over seeds)."""
+    totals = {k: v["mean"] for k, v in row.get("kind_total", {}).items() if v.get("mean") is not None}
+    if not totals:
+        return NA
+    ranked = sorted(totals, key=lambda k: (-totals[k], k))
+    most, least = ranked[0], ranked[-1]
+    return f"{most} {totals[most]:.0f} / {least} {totals[least]:.0f}"
+
+
+def _picks_table(summary: dict[str, Any]) -> Table | None:
+    picks = summary.get("picks")
+    if not picks:
+        return None
+    order = sorted(picks["strategies"], key=lambda s: s != picks["reference"])  # the reference first
+    rows = []
+    for strategy in order:
+        row = picks["strategies"][strategy]
+        cells = [_pm(row["round_mean"][f], fmt) for f, (_, fmt) in PICK_COLUMNS.items()]
+        against = row.get("against_random", {}).get("shared_prompt")
+        rows.append([strategy, *cells, _kind_range(row), _pm(against, ".1f") if against else NA])
+    caption = (
+        f"What each round of a strategy added (rounds 1 to {picks['rounds']}): the mean over rounds on each seed, "
+        "then mean ± sd over seeds. Sharing a prompt: picks whose prompt another pick of the same round has; prompt "
+        "labelled before: picks whose prompt a pair labelled before the round has; kind entropy: of the picks' "
+        "kinds over log(kinds left in the pool), 1 = uniform. Last column: sharing a prompt minus random's on "
+        "the same seed. Rounds that take most of what is left of the pool leave every strategy the same picks."
+    )
+    columns = ["Strategy", *(c for c, _ in PICK_COLUMNS.values()), "Most / least picked kind (total)"]
+    classes = ["ref" if s == picks["reference"] else "" for s in order]
+    return Table("The selected pairs", [*columns, "Sharing vs random"], rows, caption, classes)
+
+
 def build(ctx: Context) -> Section | None:
     summary = ctx.tree.summary(KIND)
     if not summary:
@@ -125,9 +171,7 @@ def build(ctx: Context) -> Section | None:
     needed = _needed_table(summary)
     if needed is not None:
         blocks.append(needed)
-    full = _full_data_table(summary)
-    if full is not None:
-        blocks.append(full)
+    blocks += [t for t in (_full_data_table(summary), _picks_table(summary)) if t is not None]
     return Section(TITLE, blocks, ANCHOR)
 
 

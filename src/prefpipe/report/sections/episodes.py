@@ -1,7 +1,8 @@
 """GRPO with tools: a multi-turn run's training episodes step by step (the final answer's exact-match reward,
 answered share, tool calls, environment-token share, truncation), its held-out questions before and after
 (exact match, token F1, tool calls and support recall, trained - base paired over the questions, as eval_policy
-recorded them: frames.episodes) and per run the episode diagnostics, first steps against last steps, with the
+recorded them: frames.episodes), what limits the policy on them (each episode's failure class, primary decoding:
+frames.episode_failures) and per run the episode diagnostics, first steps against last steps, with the
 step at which a wrong mask (H02) or the token budget (H04) first shows. Left out when no run has episodes."""
 
 from __future__ import annotations
@@ -172,6 +173,28 @@ def _paired_table(table: pd.DataFrame) -> Table:
     )
 
 
+def _failure_table(table: pd.DataFrame) -> Table:
+    def cell(share: float, n: float) -> str:
+        return NA if pd.isna(share) else pct(share) + ("" if pd.isna(n) else f" ({int(n)})")
+
+    rows = [
+        [r["run"], r["decoding"], r["what"].replace("_", " "), cell(r["base"], r["base_n"]),
+         cell(r["trained"], r["trained_n"])]
+        for _, r in table.iterrows()
+    ]  # fmt: skip
+    return Table(
+        "What limits the policy on held-out questions: each episode in one class",
+        ["Run", "Decoding", "Class", "Base", "Trained"],
+        rows,
+        "The first class that applies: correct; no search (no valid tool call); answer seen wrong / missing (a "
+        "result held the answer, the final answer is another one / none); support no answer (a supporting "
+        "paragraph retrieved, no result held the answer); no support (searched, no supporting paragraph). "
+        "Limits: search = no search + no support + support no answer; reading = answer seen wrong; answering "
+        "= answer seen missing (grpo/analyses/episode_failures.py). Share of questions (count).",
+        anchor="episodes-failures",
+    )
+
+
 def claims(ctx: Context) -> list[Claim]:
     """Per multi-turn run, what its episodes add to the policy section's exact-match claim (primary decoding):
     token F1, tool calls and support recall, base → trained (change)."""
@@ -213,6 +236,10 @@ def build(ctx: Context) -> Section | None:
         blocks.append(note("No held-out evaluation of these runs recorded episode figures yet."))
     else:
         blocks.append(_paired_table(table))
+    failures = frames.episode_failures(ctx.tree)
+    failures = failures[failures["run"].isin(runs) & failures["primary"]]
+    if not failures.empty:
+        blocks.append(_failure_table(failures))
     for run in trained:
         diagnostics = _diagnostics(ctx, run, metrics[metrics["run"] == run])
         if diagnostics is None:

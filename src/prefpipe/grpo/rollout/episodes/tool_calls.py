@@ -54,6 +54,7 @@ def _answer(text: str) -> TurnEnd:
 class Hermes:
     name, ends_at_eos = "hermes", False
     open, close = "<tool_call>", "</tool_call>"
+    closers = (close,)
     _call = re.compile(re.escape(open) + r"(.*?)" + re.escape(close), re.DOTALL)
 
     def written(self, name: str, argument: str) -> str:
@@ -73,6 +74,7 @@ class Hermes:
 
 class LlamaJson:
     name, ends_at_eos = "llama_json", True
+    closers = ()  # a call turn ends at EOS
 
     def written(self, name: str, argument: str) -> str:
         return f'{{"name": "{name}", "parameters": {{"{ARGUMENT}": "{argument}"}}}}'
