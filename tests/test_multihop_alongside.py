@@ -18,7 +18,7 @@ from prefpipe.base.build import corpus_texts, whole_words
 from prefpipe.base.tokenizer import train_tokenizer
 from prefpipe.common.io import read_json, read_jsonl
 from prefpipe.data.prepare import prepare
-from prefpipe.data.synthetic_multihop import NAME_WORDS, multihop_world
+from prefpipe.data.synthetic_multihop import NAME_WORDS, TAGS, WHOLE_TOKENS, multihop_world
 from prefpipe.settings.pipeline import PipelineSettings, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_prep_data_writes_the_world_beside_the_main_prompts_and_leaves_them_alon
     # the world's episodes follow the built-in demonstrations, which are unchanged
     plain_demos = read_jsonl(plain_folder / "demonstrations.jsonl")
     assert read_jsonl(folder / "demonstrations.jsonl") == plain_demos + demos
-    assert read_json(folder / "whole_words.json") == {"words": list(NAME_WORDS)}
+    assert read_json(folder / "whole_words.json") == {"words": list(WHOLE_TOKENS)}
     assert not (plain_folder / "whole_words.json").exists() and not (plain_folder / "multihop").exists()
     assert summary["multihop_prompts"]["multihop"]["train"] == 12 and summary["multihop_prompts"]["folder"]
     assert summary["rl_prompts"] == plain_summary["rl_prompts"]
@@ -94,8 +94,20 @@ def test_the_scratch_tokenizer_keeps_the_name_words_whole_where_bpe_alone_splits
         for text in (f"{word} x", f"{word}.", f"<search>{word}</search>", f"by {word}?"):
             assert one[0] in ids(kept, text), text
             assert kept.decode(ids(kept, text)) == text
+    for tag in TAGS:  # a tag is one token, even glued to a name
+        assert len(ids(kept, tag)) == 1 and ids(kept, tag)[0] in ids(kept, f"Ada{tag}"), tag
+    # the merges come from the rest of the corpus: the built-in demonstrations tokenise as without the world
+    builtin = [r for r in read_jsonl(folder / "demonstrations.jsonl") if "turns" not in r]
+    assert all(ids(kept, r["response"]) == ids(plain, r["response"]) for r in builtin if not _names(r))
+    assert not any("<search>" in t for t in texts)  # the world's episodes are not in the merge corpus
     # a longer word holding a name word is not cut at it ("Adam" is not "Ada" + "m")
     assert ids(kept, "Ada")[0] not in ids(kept, "Adam") and ids(kept, "Shaw")[0] not in ids(kept, "Shawl")
+
+
+def _names(row: dict) -> bool:
+    """Whether a row's text holds a name word (where the world's tokens may differ from plain BPE's)."""
+    text = f"{row['prompt']} {row['response']}"
+    return any(word in text for word in WHOLE_TOKENS)
 
 
 def test_the_workflow_feeds_the_search_runs_the_worlds_files(tmp_path):

@@ -30,13 +30,15 @@ log = logging.getLogger("prefpipe.build_base")
 
 
 def corpus_texts(data_dir: Path) -> list[str]:
-    """Text the scratch tokenizer learns from (source scratch only): demonstrations (when prep_data wrote
-    them), train pairs and RL train prompts (no test data)."""
+    """Text the scratch tokenizer learns its merges from (source scratch only): demonstrations (when prep_data
+    wrote them), train pairs and RL train prompts (no test data). Tool-use episodes (demonstrations with `turns`,
+    the multi-hop world's) are left out: their vocabulary comes whole from whole_words.json (whole_words)."""
     texts: list[str] = []
     demonstrations = data_dir / "demonstrations.jsonl"
     if demonstrations.exists():
         for row in read_jsonl(demonstrations):
-            texts += [row["prompt"], row["response"]]
+            if "turns" not in row:
+                texts += [row["prompt"], row["response"]]
     pairs = data_dir / "pairs_train.jsonl"
     if pairs.exists():
         for row in read_jsonl(pairs):

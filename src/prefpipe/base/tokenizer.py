@@ -34,7 +34,8 @@ def train_tokenizer(
     texts: Iterable[str], vocab_size: int, model_max_length: int, whole_words: Sequence[str] = ()
 ) -> PreTrainedTokenizerFast:
     """Train BPE on `texts` (vocab_size includes the 256 bytes and the special tokens), then add `whole_words`
-    as one token each (beyond vocab_size; matched only where the word stands alone: "Ada" in "Ada," not "Adam")."""
+    as one token each (beyond vocab_size; a word is matched only where it stands alone: "Ada" in "Ada," not in
+    "Adam"; a tag such as "</search>" wherever it occurs)."""
     minimum = len(pre_tokenizers.ByteLevel.alphabet()) + len(SPECIAL_TOKENS)
     if vocab_size < minimum:
         raise ValueError(
@@ -55,7 +56,7 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([AddedToken(w, single_word=True, normalized=False) for w in whole_words])
+    tok.add_tokens([AddedToken(w, single_word=w.isalnum(), normalized=False) for w in whole_words])
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,

@@ -12,7 +12,7 @@ from prefpipe.common.config import ConfigError
 from prefpipe.common.io import atomic_write_json, write_jsonl
 from prefpipe.common.run_record import RunRecord
 from prefpipe.data.normalize import check_overlap, prompt_overlap, train_test_overlap
-from prefpipe.data.synthetic_multihop import NAME_WORDS, WHOLE_WORDS_FILE, multihop_world
+from prefpipe.data.synthetic_multihop import WHOLE_TOKENS, WHOLE_WORDS_FILE, multihop_world
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import MULTIHOP, DataSettings
@@ -145,7 +145,7 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
         write_jsonl(out / MULTIHOP_DIR / "rl_prompts_train.jsonl", train)
         write_jsonl(out / MULTIHOP_DIR / "rl_prompts_heldout.jsonl", held)
     if prompts_report["source"] == MULTIHOP or alongside is not None:
-        atomic_write_json(out / WHOLE_WORDS_FILE, {"words": list(NAME_WORDS)})
+        atomic_write_json(out / WHOLE_WORDS_FILE, {"words": list(WHOLE_TOKENS)})
     summary = _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
     if alongside is not None:
         summary["multihop_prompts"] = alongside[2] | {"folder": MULTIHOP_DIR}

@@ -44,9 +44,15 @@ ADJECTIVES = ("Red", "Blue", "Gold", "Iron", "Oak", "Pine", "Grey", "Green", "No
 NOUNS = ("Mill", "Forge", "Field", "Bridge", "Gate", "Peak", "Yard", "Port", "Lake", "Hill", "Works", "Labs")
 FIRST_NAMES = ("Ada", "Ben", "Cal", "Dan", "Eve", "Fay", "Gus", "Ida", "Jay", "Kim", "Max", "Ned")
 SURNAMES = ("Hale", "Reed", "Park", "Lowe", "Moss", "Nash", "Pike", "Rowe", "Snow", "Tate", "Ward", "Shaw")
-# The words a name is made of: prep_data writes them to WHOLE_WORDS_FILE, and a scratch tokenizer keeps each one
-# token whatever else its corpus holds (prefpipe.base.tokenizer), so copying a name is copying its tokens.
+# The world's own vocabulary: the words its names are made of, the words only its questions and paragraphs use,
+# and the tag format's tags. prep_data writes them to WHOLE_WORDS_FILE; a scratch tokenizer adds each as one
+# token and learns its BPE merges from the rest of the corpus (prefpipe.base.tokenizer, base/build.py), so a
+# name is copied token for token, an episode fits base.sft.max_length, and adding the world to a run leaves the
+# other tasks' tokenization as it was except where a name word occurs in them.
 NAME_WORDS = ADJECTIVES + NOUNS + FIRST_NAMES + SURNAMES
+WORLD_WORDS = ("Who", "mentored", "founder", "founded", "whose", "mentor", "was")
+TAGS = ("<search>", "</search>", "<result>", "</result>", "<answer>", "</answer>")
+WHOLE_TOKENS = NAME_WORDS + WORLD_WORDS + TAGS
 WHOLE_WORDS_FILE = "whole_words.json"
 TEMPLATES = ("Who mentored the founder of {company}?",)
 KIND = "exact_match"
