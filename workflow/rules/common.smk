@@ -426,7 +426,9 @@ def prep_data_outputs():
         outputs["demonstrations"] = f"{RESULTS}/data/demonstrations.jsonl"
     if SETTINGS.data.multihop_alongside:
         outputs["multihop_train"] = f"{RESULTS}/data/multihop/rl_prompts_train.jsonl"
-        outputs["multihop_heldout"] = f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl"
+        outputs["multihop_heldout"] = (
+            f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl"
+        )
     if multihop_world_built():
         outputs["whole_words"] = f"{RESULTS}/data/whole_words.json"
     return outputs
@@ -434,7 +436,9 @@ def prep_data_outputs():
 
 def multihop_world_built():
     """Whether prep_data builds the multi-hop world (its questions are data.prompts, or a run's prompts)."""
-    return SETTINGS.data.prompts.source == "multihop" or SETTINGS.data.multihop_alongside
+    return (
+        SETTINGS.data.prompts.source == "multihop" or SETTINGS.data.multihop_alongside
+    )
 
 
 def run_prompts(run):
