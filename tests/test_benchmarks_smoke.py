@@ -86,8 +86,9 @@ SHELL = (
     "gpu_paper_chunk.sh",
     "device_window.sh",
 )
-# run by another script's smoke (test_gpu_workflow_script_smoke), not on its own
-RUN_BY = {"workflow_record.py": "gpu_workflow.sh"}
+# run by another script's smoke (test_gpu_workflow_script_smoke), or by a smoke of its own that first builds
+# what the script reads (test_multihop_real_base_smoke: a policy folder), not through SMOKE
+RUN_BY = {"workflow_record.py": "gpu_workflow.sh", "multihop_real_base.py": "test_multihop_real_base_smoke"}
 
 
 def test_every_benchmark_script_has_a_smoke() -> None:
@@ -198,3 +199,23 @@ def test_gpu_workflow_script_smoke(tmp_path: Path) -> None:
          str(tmp_path / "out" / "snakemake.log"), "--rc", "0", "--wall", "1", "--out", str(tmp_path / "again.json"),
          "--require-cuda"], capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 1 and "stages not on CUDA: ['base']" in check.stderr
+
+
+def test_multihop_real_base_smoke(tmp_path: Path) -> None:
+    """benchmarks/multihop_real_base.py on a tiny random policy folder (it needs a saved model) and the real
+    multi-hop files its experiment config names: 2 questions x 2 episodes, finite figures."""
+    from support.models import save_tiny_policy
+
+    if not SHARED_PAIRS.parent.joinpath("multihop_2wiki_train.jsonl").exists():
+        need(f"not present: {SHARED_PAIRS.parent} (the real multi-hop files)")
+    policy = save_tiny_policy(tmp_path / "policy")
+    out = tmp_path / "multihop_real.json"
+    config = ROOT / "config" / "experiments" / "multihop_real.yaml"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}  # fmt: skip
+    cmd = [sys.executable, str(BENCH / "multihop_real_base.py"), str(policy), str(config), "--questions", "2",
+           "--group", "2", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, f"benchmarks/multihop_real_base.py failed:\n{res.stderr[-3000:]}"
+    found = numbers(json.loads(out.read_text()), "multihop_real_base.py")
+    assert found and all(math.isfinite(v) for _, v in found), found

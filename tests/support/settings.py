@@ -43,7 +43,22 @@ def eval_settings(overrides: dict[str, Any] | None = None, **top: Any) -> EvalSe
 
 
 def data_settings(overrides: dict[str, Any] | None = None, **top: Any) -> DataSettings:
+    """The data stage's settings. Unless `top` names `grpo`, the runs are the default's single-turn ones: a data
+    test reads the built-in world's files, and a run on the multi-hop world (the default's search runs) would add
+    its questions and 2000 demonstrations (data.multihop_alongside; tests/test_multihop_alongside.py passes grpo)."""
+    if "grpo" not in top:
+        top["grpo"] = {"only": single_turn_runs()}
     return pipeline({"data": overrides or {}, **top}).data
+
+
+def single_turn_runs() -> list[str]:
+    """The default's GRPO runs that train on data.prompts (grpo.<run>.prompts: main)."""
+    grpo = load_config()["grpo"]
+    return [
+        run
+        for run, entry in grpo["runs"].items()
+        if entry.get("prompts", grpo["defaults"]["prompts"]) == "main"
+    ]
 
 
 def base_settings(overrides: dict[str, Any] | None = None, **top: Any) -> BaseSettings:
