@@ -144,3 +144,14 @@ def test_a_comparison_gives_multi_turn_runs_their_own_board_as_mean_and_sd_over_
         and RUN not in {r[0] for r in single[0].rows}
         and "gpm-verifier" in {r[0] for r in single[0].rows}
     )
+
+
+def test_the_grpo_verdict_reads_the_single_turn_runs_beside_a_multi_turn_one(built):
+    """The multi-turn run improves most (its held-out set is the multi-hop world's), yet "GRPO helped most"
+    names a single-turn run: its change is on another task, shown on the multi-turn board."""
+    verdict = next(line for line in built.splitlines() if line.startswith("- GRPO helped most: "))
+    named = verdict.removeprefix("- GRPO helped most: ").split(",")[0]
+    assert named in RUNS and named != RUN
+    shown = float(verdict.split("held-out accuracy ")[1].split(" pts")[0])
+    search = scoreboard_row(built, RUN)["Exact match, greedy [95%]"]
+    assert float(search.split("+")[1].split(" pts")[0]) > shown  # without the rule, search would be named
