@@ -182,7 +182,7 @@ def base_inputs():
     inputs = {}
     if SETTINGS.base.sft.enabled:
         inputs["demonstrations"] = f"{RESULTS}/data/demonstrations.jsonl"
-    if multihop_world_built() and SETTINGS.base.source == "scratch":
+    if SETTINGS.data.multihop_built and SETTINGS.base.source == "scratch":
         inputs["whole_words"] = f"{RESULTS}/data/whole_words.json"
     ref = base_pretrained_ref()
     if ref is not None:
@@ -419,40 +419,33 @@ def prep_data_outputs():
     outputs = {
         "pairs_train": f"{RESULTS}/data/pairs_train.jsonl",
         "pairs_test": f"{RESULTS}/data/pairs_test.jsonl",
-        "rl_train": f"{RESULTS}/data/rl_prompts_train.jsonl",
-        "rl_heldout": f"{RESULTS}/data/rl_prompts_heldout.jsonl",
+        **prompt_files(f"{RESULTS}/data"),
     }
     if SETTINGS.data.demonstrations_needed:
         outputs["demonstrations"] = f"{RESULTS}/data/demonstrations.jsonl"
     if SETTINGS.data.multihop_alongside:
-        outputs["multihop_train"] = f"{RESULTS}/data/multihop/rl_prompts_train.jsonl"
-        outputs["multihop_heldout"] = (
-            f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl"
-        )
-    if multihop_world_built():
+        world = prompt_files(f"{RESULTS}/data/multihop")
+        outputs |= {f"multihop_{key}": path for key, path in world.items()}
+    if SETTINGS.data.multihop_built:
         outputs["whole_words"] = f"{RESULTS}/data/whole_words.json"
     return outputs
 
 
-def multihop_world_built():
-    """Whether prep_data builds the multi-hop world (its questions are data.prompts, or a run's prompts)."""
-    return (
-        SETTINGS.data.prompts.source == "multihop" or SETTINGS.data.multihop_alongside
-    )
+def prompt_files(folder):
+    """The RL prompt files prep_data writes in `folder`, {rl_train, rl_heldout}."""
+    return {
+        "rl_train": f"{folder}/rl_prompts_train.jsonl",
+        "rl_heldout": f"{folder}/rl_prompts_heldout.jsonl",
+    }
 
 
 def run_prompts(run):
-    """A GRPO run's RL prompt files, {rl_train, rl_heldout}: data.prompts', or the multi-hop world's
-    (grpo.<run>.prompts: multihop) where prep_data writes them beside data.prompts'."""
-    if SETTINGS.grpo[run].prompts == "multihop" and SETTINGS.data.multihop_alongside:
-        return {
-            "rl_train": f"{RESULTS}/data/multihop/rl_prompts_train.jsonl",
-            "rl_heldout": f"{RESULTS}/data/multihop/rl_prompts_heldout.jsonl",
-        }
-    return {
-        "rl_train": f"{RESULTS}/data/rl_prompts_train.jsonl",
-        "rl_heldout": f"{RESULTS}/data/rl_prompts_heldout.jsonl",
-    }
+    """A GRPO run's RL prompt files: data.prompts', or the multi-hop world's (grpo.<run>.prompts: multihop)
+    where prep_data writes them beside data.prompts' (results/data/multihop)."""
+    alongside = (
+        SETTINGS.grpo[run].prompts == "multihop" and SETTINGS.data.multihop_alongside
+    )
+    return prompt_files(f"{RESULTS}/data/multihop" if alongside else f"{RESULTS}/data")
 
 
 def data_files():

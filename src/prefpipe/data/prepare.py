@@ -144,7 +144,7 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
         train, held, _ = alongside
         write_jsonl(out / MULTIHOP_DIR / "rl_prompts_train.jsonl", train)
         write_jsonl(out / MULTIHOP_DIR / "rl_prompts_heldout.jsonl", held)
-    if prompts_report["source"] == MULTIHOP or alongside is not None:
+    if settings.multihop_built:
         atomic_write_json(out / WHOLE_WORDS_FILE, {"words": list(WHOLE_TOKENS)})
     summary = _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
     if alongside is not None:

@@ -192,6 +192,11 @@ class DataSettings(RunSettings):
     # another source, so prep_data writes the world's questions to results/data/multihop as well.
     multihop_alongside: bool
 
+    @property
+    def multihop_built(self) -> bool:
+        """prep_data builds the multi-hop world: its questions are data.prompts, or a run's beside them."""
+        return self.prompts.source == MULTIHOP or self.multihop_alongside
+
     def check(self) -> None:
         self.external.check(self.source)
         self.prompts.check()
