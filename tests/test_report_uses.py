@@ -25,7 +25,8 @@ from support.uncertainty_tree import (
 )
 
 from prefpipe.report.document import Board
-from prefpipe.report.inputs import Manifest
+from prefpipe.report.inputs import Manifest, read_tree
+from prefpipe.report.scoreboard import uses_seeds
 from prefpipe.report.write import document
 
 
@@ -194,6 +195,18 @@ def test_rl_safety_pairs_each_risk_averse_run_with_its_k0_control_by_seed(tmp_pa
     assert row["Runner-up"].text == runner
     assert row["Its figure"].text == _t_figure(diffs[runner], 1, "+.2f")
     assert row["Ahead by"].text == _t_figure(gap, 1, "+.2f")
+
+
+def test_a_lower_bound_run_is_paired_with_the_control_paying_the_same_probability(tmp_path):
+    # sigmoid((m - k sd) / tau) against sigmoid(m / tau) at k = 0, not against the run paying the score m: the
+    # sigmoid alone changes group-relative advantages (grpo.paid_quantity)
+    root = tmp_path / "seed-0"
+    write_results_tree(root, seed=0, reward_steps=4, grpo_steps=4, experiment="risk")
+    runs = {"rm_bgpm_p0": (0.0, "sigmoid"), "rm_bgpm0": (0.0, "none"), "rm_bgpm_lcb": (5.0, "sigmoid")}
+    for run, (k, transform) in runs.items():
+        add_risk_run(root, run, "bgpm", k, "sd", 1.0, experiment="risk", seed=0, transform=transform)
+    tree = read_tree(root, Manifest.standard(list(QUALITY), [*RUNS, *runs], []), "seed-0", strict=False)
+    assert uses_seeds.controls(tree) == {"rm_bgpm_lcb": "rm_bgpm_p0"}
 
 
 def test_the_default_report_has_no_uses_board(tmp_path):

@@ -29,9 +29,11 @@ GAPS = {
     "rm_ens_risk": [0.6, 1.1, 0.4],
     "rm_bgpm_mi0": [0.9, 1.5, 1.2],
     "rm_bgpm_mi": [0.4, 1.3, 0.8],
+    "rm_bgpm_p0": [1.2, 1.7, 1.0],
+    "rm_bgpm_lcb": [0.7, 1.4, 0.6],
 }
 RATIOS = [0.1, 0.2, 0.3]  # each risk-averse run's penalty spread ratio per seed
-AVERSE = ("rm_bgpm_risk", "rm_bgpm_risk5", "rm_ens_risk", "rm_bgpm_mi")
+AVERSE = ("rm_bgpm_risk", "rm_bgpm_risk5", "rm_ens_risk", "rm_bgpm_mi", "rm_bgpm_lcb")
 T_975_2 = 4.302652729749464  # Student t, 97.5% quantile, 2 dof (tables)
 SPEC = {"type": "reward_model", "name": None, "weight": 1.0, "opponent": "reference"}
 
@@ -96,13 +98,14 @@ def test_gaps_ratios_and_paired_t_intervals_by_hand(tmp_path):
     assert "spread_ratio" not in block["runs"]["rm_bt"]  # no penalty, no ratio
     pairs = {(c["a"], c["b"]): c for c in block["contrasts"]}
     # each risk-averse run against the BT baseline and its own k = 0 control only (seed_summary.controls): the
-    # same reward model paying the same measure (the sd runs' control pays the score, the information run's the
-    # predictive probability)
+    # same reward model paying the same quantity at k = 0 (the sd runs' control pays the score, the information
+    # run's the predictive probability, the lower bound's sigmoid(score / tau): grpo.paid_quantity)
     controls = {
         "rm_bgpm_risk": "rm_bgpm0",
         "rm_bgpm_risk5": "rm_bgpm0",
         "rm_ens_risk": "rm_ens0",
         "rm_bgpm_mi": "rm_bgpm_mi0",
+        "rm_bgpm_lcb": "rm_bgpm_p0",
     }
     assert set(pairs) == {(a, b) for a, k0 in controls.items() for b in ("rm_bt", k0)}
     for (a, b), got in pairs.items():

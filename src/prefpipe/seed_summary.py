@@ -22,6 +22,7 @@ from prefpipe.common.config import UserError
 from prefpipe.common.io import atomic_write_json, atomic_write_text
 from prefpipe.common.logs import setup_logging
 from prefpipe.grpo.analyses.hacking import RM_SOURCE
+from prefpipe.grpo.paid_quantity import paid_quantity
 from prefpipe.report import frames, seed_hacking, seed_stats
 from prefpipe.report.inputs import Manifest, read_tree
 from prefpipe.reward.heads.registry import get_head_class
@@ -33,15 +34,14 @@ def _risk_averse(run: GrpoSettings) -> bool:
     return any(spec["type"] == RM_SOURCE and spec["risk_aversion"] for spec in run.rewards)
 
 
-def _measure(run: GrpoSettings) -> str | None:
-    """What the run's reward-model reward pays per comparison (grpo.rewards[].risk_measure): at k = 0 the
-    score for `sd`, the predictive probability for `mutual_information`."""
-    return next((spec["risk_measure"] for spec in run.rewards if spec["type"] == RM_SOURCE), None)
+def _measure(run: GrpoSettings) -> tuple[str, str] | None:
+    """What the run's reward-model reward pays per comparison at k = 0 (grpo.paid_quantity)."""
+    return next((paid_quantity(spec) for spec in run.rewards if spec["type"] == RM_SOURCE), None)
 
 
 def controls(settings: PipelineSettings) -> dict[str, list[str]]:
     """{risk-averse run: the runs without risk aversion it is compared with}: those paid by the same reward
-    model with the same risk measure (its k = 0 control: the risk term alone changes) and those paid by a
+    model paying the same quantity (its k = 0 control: the risk term alone changes) and those paid by a
     scalar-head reward model (the BT baseline: head and risk term change together)."""
 
     def scalar(run: GrpoSettings) -> bool:

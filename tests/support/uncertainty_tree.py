@@ -75,13 +75,21 @@ def add_blocks(root: Path, heads: dict[str, dict], ensembles: dict[str, dict]) -
 
 
 def add_risk_run(
-    root: Path, run: str, reward_model: str, k: float, measure: str, gap: float, experiment: str, seed: int
+    root: Path,
+    run: str,
+    reward_model: str,
+    k: float,
+    measure: str,
+    gap: float,
+    experiment: str,
+    seed: int,
+    transform: str = "none",
 ) -> None:
     """A GRPO run paid by a reward model with risk aversion k and its hacking gap (grpo/analyses/hacking.py)."""
     folder = root / "grpo" / run
     folder.mkdir(parents=True)
     spec = {"type": "reward_model", "weight": 1.0, "opponent": "reference", "risk_aversion": k}
-    spec |= {"risk_measure": measure}
+    spec |= {"risk_measure": measure, "transform": transform}
     config = {
         "experiment": experiment,
         "seed": seed,

@@ -5,8 +5,8 @@ degrees of freedom (common.stats.paired_t_interval):
   fewer than random selection for the same target (the full-data target where the rounds ran over the whole
   pool, else random's accuracy after its last round), the curve stage's own per-seed figures;
 - RL safety, from the GRPO summaries of this experiment's trees (this run's and the compared seeds'): each
-  risk-averse run's hacking gap minus its k = 0 control's (the run paid by the same reward model with the same
-  risk measure and no aversion), paired by seed (report/seed_hacking.py's gaps).
+  risk-averse run's hacking gap minus its k = 0 control's (the run paid by the same reward model paying the
+  same quantity, grpo.paid_quantity, and no aversion), paired by seed (report/seed_hacking.py's gaps).
 The best is the largest saving / the most negative gap difference; the runner-up's gap to it is paired by
 seed too, so "resolved" means that interval excludes 0."""
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from prefpipe.common.stats import STRADDLES_ZERO, interval_side, paired_t_interval
 from prefpipe.grpo.analyses.hacking import RM_SOURCE
+from prefpipe.grpo.paid_quantity import paid_quantity
 from prefpipe.report import seed_hacking
 from prefpipe.report.inputs import Tree
 from prefpipe.report.scoreboard.across import by_experiment
@@ -23,7 +24,6 @@ from prefpipe.report.scoreboard.uses_types import LEVEL, Use
 from prefpipe.report.sections import Context, active_learning
 
 REFERENCE = "random"
-SD_MEASURE = "sd"  # the risk measure a reward-model reward pays when its config names none
 
 
 def _resolved(diff: dict[str, Any]) -> bool | None:
@@ -109,8 +109,9 @@ def label_saving(ctx: Context) -> Use | None:
     return use
 
 
-def _risk_spec(config: dict[str, Any] | None) -> tuple[str, float, str] | None:
-    """(reward model, risk aversion, risk measure) of a run paid by a reward model, from its config.json."""
+def _risk_spec(config: dict[str, Any] | None) -> tuple[str, float, tuple[str, str]] | None:
+    """(reward model, risk aversion, what it pays at k = 0) of a run paid by a reward model, from its
+    config.json."""
     specs = [s for s in (config or {}).get("rewards") or [] if s.get("type") == RM_SOURCE]
     if not specs or not (config or {}).get("reward_model"):
         return None
@@ -118,12 +119,12 @@ def _risk_spec(config: dict[str, Any] | None) -> tuple[str, float, str] | None:
     return (
         config["reward_model"],
         float(spec.get("risk_aversion") or 0.0),
-        spec.get("risk_measure") or SD_MEASURE,
+        paid_quantity(spec),
     )
 
 
 def controls(tree: Tree) -> dict[str, str]:
-    """{risk-averse run: its k = 0 control}: the same reward model and risk measure without aversion."""
+    """{risk-averse run: its k = 0 control}: the same reward model paying the same quantity without aversion."""
     specs = {run: s for run in tree.names("grpo") if (s := _risk_spec(tree.config("grpo", run)))}
     plain = {(rm, measure): run for run, (rm, k, measure) in specs.items() if k == 0}
     return {
