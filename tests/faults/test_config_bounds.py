@@ -187,3 +187,17 @@ def test_plain_snakemake_refuses_the_alias_bomb_and_an_empty_variants_overlay(tm
         )
         assert run.returncode != 0 and message in run.stdout + run.stderr
     assert not (work / "results").exists()
+
+
+def test_demonstrations_cut_results_where_the_episodes_cut_them():
+    """A file's tool-use demonstrations teach the base the `[cut]` mark at data.prompts.demonstrations'
+    length; a multi-turn run cutting elsewhere is refused naming both keys (multihop_real.yaml as written runs)."""
+    real = "config/experiments/multihop_real.yaml"
+    PipelineSettings.from_config(load_config(real))
+    longer = {"grpo": {"runs": {"search": {"episodes": {"max_result_chars": 301}}}}}
+    with pytest.raises(ConfigError) as info:
+        PipelineSettings.from_config(load_config(real, longer))
+    assert str(info.value).startswith(
+        "grpo.runs.search.episodes.max_result_chars = 301 differs from "
+        "data.prompts.demonstrations.max_result_chars = 300"
+    )

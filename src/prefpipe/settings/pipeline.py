@@ -105,6 +105,7 @@ class PipelineSettings:
         variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
         reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
         grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
+        _check_result_cut(data, grpo)
         _check_reward_models(grpo, (variants, declared, raw["eval"]["ensembles"]), grpo_section["runs"])
         models = {
             name: stage(ModelImportSettings, entry, f"models.{name}", name=name)
@@ -344,6 +345,21 @@ def _check_reward_model(
             f"grpo.runs.{run}.reward_model = {variant!r} is narrowed away by reward.only (variants trained: "
             f"{trained}); add it to reward.only or leave run {run!r} out with grpo.only"
         )
+
+
+def _check_result_cut(data: DataSettings, grpo: dict[str, GrpoSettings]) -> None:
+    """Tool-use demonstrations from a file show results cut as the runs' environments cut them, so the base
+    learns the `[cut]` the policy will read: the two lengths must agree (each stage reads its own key)."""
+    demos = data.prompts.demonstrations
+    if demos.path is None:
+        return
+    for name, run in grpo.items():
+        if run.episodes.enabled and run.episodes.max_result_chars != demos.max_result_chars:
+            raise ConfigError(
+                f"grpo.runs.{name}.episodes.max_result_chars = {run.episodes.max_result_chars} differs from "
+                f"data.prompts.demonstrations.max_result_chars = {demos.max_result_chars}: the base's "
+                "demonstrations would show results cut elsewhere than the episodes cut them; set them equal"
+            )
 
 
 def _check_hypothesis_runs(settings: HypothesesSettings, runs: list[str]) -> None:
