@@ -19,7 +19,6 @@ from prefpipe.reward.scores import (
     gpm_score,
     gpm_score_variance,
     pair_gate,
-    probit_preference_prob,
     swap_blocks,
 )
 
@@ -244,7 +243,6 @@ def test_bayesian_probability_and_probit_approximation_against_quadrature():
     enc_a["var"] = enc_b["var"] = torch.zeros(5, 4)
     exact = torch.sigmoid(score.double() / 0.1)
     torch.testing.assert_close(head.preference_prob(enc_a, enc_b), exact, atol=1e-7, rtol=0)
-    torch.testing.assert_close(probit_preference_prob(score, torch.zeros(5), 0.1), exact.float())
     enc_a["var"] = enc_b["var"] = torch.full((5, 4), 0.02)
     var = gpm_score_variance(enc_a["mean"], enc_a["var"], enc_b["mean"], enc_b["var"]).double()
     z = torch.linspace(-10, 10, 20001, dtype=torch.float64)
@@ -252,7 +250,4 @@ def test_bayesian_probability_and_probit_approximation_against_quadrature():
     logits = (score.double()[:, None] + var.sqrt()[:, None] * z) / 0.1
     quad = (torch.sigmoid(logits) * weights).sum(-1) / weights.sum()
     torch.testing.assert_close(head.preference_prob(enc_a, enc_b), quad, atol=1e-6, rtol=0)
-    torch.testing.assert_close(
-        probit_preference_prob(score, var.float(), 0.1).double(), quad, atol=0.02, rtol=0
-    )
     assert (quad - exact).abs().max() > 0.01  # the variance really changed the probability

@@ -1,13 +1,12 @@
 """Preference scores between two encoded responses: BT difference, GPM skew-symmetric form, and the
-Bayesian GPM's uncertainty (closed-form score variance, posterior samples, probit P(a > b)).
+Bayesian GPM's uncertainty (closed-form score variance, posterior samples; P(a > b) under the posterior is
+integrated numerically by the head, its probit approximation lives in prefpipe.evaluation.calibration).
 
 Pure tensor functions so every formula can be tested against an independent computation.
 Embeddings are (N, 2k): block l is the pair (v[2l], v[2l+1]); gates are (N, k).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -74,8 +73,3 @@ def sample_embedding(
     eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
     sample = mean + eps * var.sqrt()
     return F.normalize(sample, p=2, dim=-1) if normalize else sample
-
-
-def probit_preference_prob(score: torch.Tensor, var: torch.Tensor, tau: float) -> torch.Tensor:
-    """Closed-form approximation of E[sigmoid(s / tau)] for s ~ N(score, var) (MacKay's probit trick)."""
-    return torch.sigmoid(score / (tau * torch.sqrt(1.0 + math.pi * var / (8.0 * tau * tau))))
