@@ -82,6 +82,13 @@ def _first(
     return first_step, first_value, count
 
 
+def first_above(frame: pd.DataFrame, metric: str, limit: float) -> int | None:
+    """The first step, in step order, whose value exceeds `limit`: the threshold checks' rule, for a table
+    that shows where one would fire (the report's episode diagnostics)."""
+    frame = frame.sort_values("step", kind="stable") if "step" in frame else frame
+    return _first(frame, metric, lambda _i, v, _h: v > limit)[0]
+
+
 def _median_before(history: pd.Series, window: int) -> float | None:
     recent = history.dropna().iloc[-window:]
     recent = recent[recent.map(math.isfinite)]

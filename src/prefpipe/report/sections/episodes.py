@@ -13,6 +13,7 @@ import pandas as pd
 
 from prefpipe.common.stats import ABOVE_ZERO, BELOW_ZERO, STRADDLES_ZERO, interval_side
 from prefpipe.grpo import metric_names as gm
+from prefpipe.grpo.analyses.health import first_above
 from prefpipe.report import frames
 from prefpipe.report.document import Claim, Details, Section, Table
 from prefpipe.report.sections import Context, note
@@ -88,14 +89,6 @@ def window_means(frame: pd.DataFrame, metric: str) -> tuple[float | None, float 
     if values.empty:
         return None, None
     return float(values.iloc[:WINDOW].mean()), float(values.iloc[-WINDOW:].mean())
-
-
-def first_above(frame: pd.DataFrame, metric: str, limit: float) -> int | None:
-    """The first logged step whose value exceeds `limit` (health.py's rule for the same checks)."""
-    if metric not in frame:
-        return None
-    above = frame[frame[metric].astype(float) > limit].sort_values("step", kind="stable")
-    return None if above.empty else int(above["step"].iloc[0])
 
 
 def _diagnostics(ctx: Context, run: str, frame: pd.DataFrame) -> Table | None:
