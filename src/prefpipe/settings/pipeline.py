@@ -100,11 +100,14 @@ class PipelineSettings:
         runs = _narrow(list(grpo_section["runs"]), grpo_section["only"], "grpo.only", "grpo.runs")
         runs = runs if grpo_section["enabled"] else []
         # data next: its checks (a test part that is the training part, a missing path) name data keys
-        data = _data(stage, raw, runs)
+        run_entries = _merged(raw, "grpo", "runs", runs)
+        data = _data(stage, raw, run_entries)
         declared = list(reward_section["variants"])
         variants = _narrow(declared, reward_section["only"], "reward.only", "reward.variants")
-        reward = _members(stage, raw, RewardSettings, "reward", "variants", variants, "variant")
-        grpo = _members(stage, raw, GrpoSettings, "grpo", "runs", runs, "run")
+        reward = _members(
+            stage, _merged(raw, "reward", "variants", variants), RewardSettings, "reward.variants", "variant"
+        )
+        grpo = _members(stage, run_entries, GrpoSettings, "grpo.runs", "run")
         _check_result_cut(data, grpo)
         _check_reward_models(grpo, (variants, declared, raw["eval"]["ensembles"]), grpo_section["runs"])
         models = {
@@ -179,7 +182,7 @@ def _validated(config: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def _data(stage: Any, raw: dict[str, Any], runs: list[str]) -> DataSettings:
+def _data(stage: Any, raw: dict[str, Any], runs: dict[str, dict[str, Any]]) -> DataSettings:
     """The data stage's settings with its derived keys: demonstrations when the base SFTs, the multi-hop world
     beside data.prompts when a run trains on it."""
     return stage(
@@ -191,18 +194,15 @@ def _data(stage: Any, raw: dict[str, Any], runs: list[str]) -> DataSettings:
     )
 
 
-def _multihop_alongside(raw: dict[str, Any], runs: list[str]) -> bool:
+def _multihop_alongside(raw: dict[str, Any], runs: dict[str, dict[str, Any]]) -> bool:
     """Whether the multi-hop world's questions are a second prompt set beside data.prompts: some run of these
-    trains on them (grpo.<run>.prompts: multihop) and data.prompts is not already that world."""
+    (merged entries) trains on them (grpo.<run>.prompts: multihop) and data.prompts is not already that world."""
     if raw["data"]["prompts"]["source"] == MULTIHOP:
         return False
-    defaults = raw["grpo"]["defaults"]
-    return any(deep_merge(defaults, raw["grpo"]["runs"][run])["prompts"] == MULTIHOP for run in runs)
+    return any(entry["prompts"] == MULTIHOP for entry in runs.values())
 
 
-def _members(
-    stage: Any, raw: dict[str, Any], cls: type[T], section: str, members: str, names: list[str], name_key: str
-) -> dict[str, T]:
+def _merged(raw: dict[str, Any], section: str, members: str, names: list[str]) -> dict[str, dict[str, Any]]:
     """Each member (variant / run) is the section's defaults deep-merged with its own entry. A member's own
     `seed` (grpo runs) replaces the experiment's; null keeps the experiment's."""
     entries, defaults = raw[section][members], raw[section]["defaults"]
@@ -210,9 +210,15 @@ def _members(
     for entry in merged.values():
         if "seed" in entry and entry["seed"] is None:
             del entry["seed"]
-    return {
-        name: stage(cls, merged[name], f"{section}.{members}.{name}", **{name_key: name}) for name in names
-    }
+    return merged
+
+
+def _members(
+    stage: Any, merged: dict[str, dict[str, Any]], cls: type[T], key: str, name_key: str
+) -> dict[str, T]:
+    """The typed settings of each merged member (_merged), named `key.<name>` in errors; its name passed as
+    `name_key` (variant / run)."""
+    return {name: stage(cls, entry, f"{key}.{name}", **{name_key: name}) for name, entry in merged.items()}
 
 
 def _check_model_refs(
