@@ -201,3 +201,12 @@ def test_demonstrations_cut_results_where_the_episodes_cut_them():
         "grpo.runs.search.episodes.max_result_chars = 301 differs from "
         "data.prompts.demonstrations.max_result_chars = 300"
     )
+
+
+def test_the_real_multihop_run_reads_the_real_questions():
+    """multihop_real.yaml's run is named like the default's `search`, which trains on the synthetic world
+    (prompts: multihop): the overlay's run must say `prompts: main`, or it inherits the world and prep_data builds
+    it beside the 2Wiki questions."""
+    settings = PipelineSettings.from_config(load_config("config/experiments/multihop_real.yaml"))
+    assert settings.grpo["search"].prompts == "main"
+    assert not settings.data.multihop_alongside
