@@ -9,6 +9,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 from support.results_tree import QUALITY, RUNS, manifest, write_results_tree
@@ -24,9 +25,11 @@ from support.uncertainty_tree import (
     al_summary,
 )
 
+from prefpipe.report import plots
 from prefpipe.report.document import Board
 from prefpipe.report.inputs import Manifest, read_tree
 from prefpipe.report.scoreboard import uses_seeds
+from prefpipe.report.sections import active_learning
 from prefpipe.report.write import document
 
 
@@ -213,3 +216,18 @@ def test_the_default_report_has_no_uses_board(tmp_path):
     root = tmp_path / "results"
     write_results_tree(root, reward_steps=4, grpo_steps=4)
     assert _uses(_doc(root)) == {}
+
+
+def test_a_full_pool_run_of_five_strategies_gets_its_curves_one_panel_each_beside_random(tmp_path):
+    # the plot refuses more than MAX_CURVES lines in a panel (uncertainty_full_pool.yaml runs five strategies)
+    root = tmp_path / "results"
+    write_results_tree(root, reward_steps=4, grpo_steps=4)
+    five = {s: [900, 850, 1500] for s in ("random", "bgpm", "batchbald", "epig", "balpm")}
+    add_active_learning(root, al_summary(five, whole_pool=True))
+    doc = _doc(root)
+    (section,) = [s for s in doc.sections if s.anchor == active_learning.ANCHOR]
+    curves = [plots.Curve(s, pd.Series([200.0]), pd.Series([0.6]), "#000") for s in five]
+    panels = active_learning._panels(curves, "random")
+    assert [title for title, _, _ in panels] == [f"{s} vs random" for s in list(five)[1:]]
+    assert all([c.label for c in group] == ["random", title.split()[0]] for title, group, _ in panels)
+    assert len(active_learning._panels(curves[:4], "random")) == 1

@@ -151,6 +151,20 @@ def _picks_table(summary: dict[str, Any]) -> Table | None:
     return Table("The selected pairs", [*columns, "Sharing vs random"], rows, caption, classes)
 
 
+def _panels(curves: list[plots.Curve], reference: str | None) -> list[tuple[str, list[plots.Curve], bool]]:
+    """One panel of every strategy's curve while they fit one; else each strategy beside the reference (random),
+    a panel each, so a full-pool run's five strategies stay readable."""
+    title = "Test accuracy (mean over seeds)"
+    if len(curves) <= plots.MAX_CURVES:
+        return [(title, curves, False)]
+    base = [c for c in curves if c.label == reference]
+    others = [c for c in curves if c.label != reference]
+    if base:
+        return [(f"{c.label} vs {reference}", [*base, c], False) for c in others]
+    n = plots.MAX_CURVES
+    return [(f"{title}, {i // n + 1}", others[i : i + n], False) for i in range(0, len(others), n)]
+
+
 def build(ctx: Context) -> Section | None:
     summary = ctx.tree.summary(KIND)
     if not summary:
@@ -161,11 +175,12 @@ def build(ctx: Context) -> Section | None:
         plots.Curve(s, labels, pd.Series([c["mean"] for c in summary["curve"][s]], dtype=float), colors[s])
         for s in summary["strategies"]
     ]
-    png = plots.curves(
-        [("Test accuracy (mean over seeds)", curves, False)], 1, ctx.settings.figure_dpi, "labels"
-    )
+    png = plots.curves(_panels(curves, summary.get("reference")), 1, ctx.settings.figure_dpi, "labels")
     blocks: list = ctx.figure(
-        "active_learning", "Accuracy vs labels", png, "One line per acquisition strategy."
+        "active_learning",
+        "Accuracy vs labels",
+        png,
+        "One line per acquisition strategy (more than a panel holds: each beside random, one panel each).",
     )
     blocks.append(_curve_table(summary))
     needed = _needed_table(summary)
