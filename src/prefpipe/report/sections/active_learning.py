@@ -153,7 +153,7 @@ def _picks_table(summary: dict[str, Any]) -> Table | None:
 
 def _panels(curves: list[plots.Curve], reference: str | None) -> list[tuple[str, list[plots.Curve], bool]]:
     """One panel of every strategy's curve while they fit one; else each strategy beside the reference (random),
-    a panel each, so a full-pool run's five strategies stay readable."""
+    a panel each, so a full-pool run's strategies stay readable."""
     title = "Test accuracy (mean over seeds)"
     if len(curves) <= plots.MAX_CURVES:
         return [(title, curves, False)]
