@@ -110,10 +110,7 @@ class PipelineSettings:
         grpo = _members(stage, run_entries, GrpoSettings, "grpo.runs", "run")
         _check_result_cut(data, grpo)
         _check_reward_models(grpo, (variants, declared, raw["eval"]["ensembles"]), grpo_section["runs"])
-        models = {
-            name: stage(ModelImportSettings, entry, f"models.{name}", name=name)
-            for name, entry in raw["models"].items()
-        }
+        models = _models(stage, raw["models"])
         base = stage(BaseSettings, raw["base"], "base")
         _check_model_refs(base, reward, models)
         data_map = {
@@ -192,6 +189,13 @@ def _data(stage: Any, raw: dict[str, Any], runs: dict[str, dict[str, Any]]) -> D
         demonstrations_needed=raw["base"]["sft"]["enabled"],
         multihop_alongside=_multihop_alongside(raw, runs),
     )
+
+
+def _models(stage: Any, entries: dict[str, Any]) -> dict[str, ModelImportSettings]:
+    return {
+        name: stage(ModelImportSettings, entry, f"models.{name}", name=name)
+        for name, entry in entries.items()
+    }
 
 
 def _multihop_alongside(raw: dict[str, Any], runs: dict[str, dict[str, Any]]) -> bool:
