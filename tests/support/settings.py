@@ -53,12 +53,7 @@ def data_settings(overrides: dict[str, Any] | None = None, **top: Any) -> DataSe
 
 def single_turn_runs() -> list[str]:
     """The default's GRPO runs that train on data.prompts (grpo.<run>.prompts: main)."""
-    grpo = load_config()["grpo"]
-    return [
-        run
-        for run, entry in grpo["runs"].items()
-        if entry.get("prompts", grpo["defaults"]["prompts"]) == "main"
-    ]
+    return [name for name, run in pipeline().grpo.items() if run.prompts == "main"]
 
 
 def base_settings(overrides: dict[str, Any] | None = None, **top: Any) -> BaseSettings:

@@ -12,6 +12,7 @@ from prefpipe.active import layout as al_layout
 from prefpipe.active.select import acquisition
 from prefpipe.common import model_ref, slurm_guard
 from prefpipe.common.results import results_owner
+from prefpipe.grpo.splits import HELDOUT_FILE, TRAIN_FILE
 from prefpipe.settings import schema
 
 # The schemas are this workflow's own (workflow/schemas), for this process and every job it starts.
@@ -432,10 +433,10 @@ def prep_data_outputs():
 
 
 def prompt_files(folder):
-    """The RL prompt files prep_data writes in `folder`, {rl_train, rl_heldout}."""
+    """The RL prompt files prep_data writes in `folder`, {rl_train, rl_heldout} (the names GRPO reads)."""
     return {
-        "rl_train": f"{folder}/rl_prompts_train.jsonl",
-        "rl_heldout": f"{folder}/rl_prompts_heldout.jsonl",
+        "rl_train": f"{folder}/{TRAIN_FILE}",
+        "rl_heldout": f"{folder}/{HELDOUT_FILE}",
     }
 
 
