@@ -14,7 +14,6 @@ from prefpipe.common.run_record import RunRecord
 from prefpipe.data.normalize import check_overlap, prompt_overlap, train_test_overlap
 from prefpipe.data.synthetic_multihop import WHOLE_TOKENS, WHOLE_WORDS_FILE, multihop_world
 from prefpipe.data.synthetic_world import SUBSETS, World, build_world
-from prefpipe.grpo.splits import HELDOUT_FILE, TRAIN_FILE
 from prefpipe.settings.build import to_mapping
 from prefpipe.settings.data import MULTIHOP, DataSettings
 from prefpipe.settings.sections import subset_sections
@@ -143,8 +142,8 @@ def prepare(settings: DataSettings, out: Path) -> dict[str, Any]:
         write_jsonl(out / f"{name}.jsonl", file_rows)
     if alongside is not None:
         train, held, _ = alongside
-        write_jsonl(out / MULTIHOP_DIR / TRAIN_FILE, train)
-        write_jsonl(out / MULTIHOP_DIR / HELDOUT_FILE, held)
+        write_jsonl(out / MULTIHOP_DIR / "rl_prompts_train.jsonl", train)
+        write_jsonl(out / MULTIHOP_DIR / "rl_prompts_heldout.jsonl", held)
     if settings.multihop_built:
         atomic_write_json(out / WHOLE_WORDS_FILE, {"words": list(WHOLE_TOKENS)})
     summary = _summary(settings, world, parts, rows, unmapped, report, prompts_report, overlap)
